@@ -1,0 +1,1 @@
+"""Command-line tools around the bridge: recording generators and bag utilities."""
