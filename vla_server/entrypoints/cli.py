@@ -1,0 +1,33 @@
+"""`vla-server` command line: serve, make-demo-model."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from vla_server.process_utils import configure_logging
+from vla_server.server_args import ServerArgs
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="vla-server")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="start the node (HTTP server + scheduler + detokenizer)")
+    ServerArgs.add_cli_args(serve)
+    demo = sub.add_parser("make-demo-model", help="write the embedded demo VLA checkpoint")
+    demo.add_argument("out_dir", type=Path)
+    ns = parser.parse_args(argv)
+    if ns.command == "serve":
+        args = ServerArgs.from_cli_args(ns)
+        configure_logging(args.log_level)
+        from vla_server.entrypoints.http_server import run_server
+
+        run_server(args)
+    else:
+        from vla_server.model.demo import make_demo_model
+
+        print(make_demo_model(ns.out_dir))
+
+
+if __name__ == "__main__":
+    main()

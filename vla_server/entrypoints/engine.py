@@ -1,0 +1,242 @@
+"""The Engine API, and starting/stopping the three processes of one node.
+
+Order (as SGLang): the scheduler first (it loads the model, slowest), then the detokenizer, then
+the TokenizerManager in this process; then wait for the scheduler's readiness handshake. A child
+that dies while loading fails start-up at once with its exit code instead of hanging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing as mp
+import os
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, replace
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from vla_server.managers.detokenizer_manager import run_detokenizer_process
+from vla_server.managers.generate_request import GenerateReqInput, ModelLimits, from_kwargs
+from vla_server.managers.scheduler import run_scheduler_process
+from vla_server.managers.tokenizer_manager import TokenizerManager
+from vla_server.managers.watchdog import SubprocessWatchdog
+from vla_server.server_args import PortArgs, ServerArgs
+
+logger = logging.getLogger(__name__)
+
+READY_POLL_S = 0.25
+
+
+class StartupError(RuntimeError):
+    pass
+
+
+@dataclass
+class Node:
+    server_args: ServerArgs
+    port_args: PortArgs
+    tokenizer_manager: TokenizerManager
+    procs: list[BaseProcess]
+    scheduler_info: dict[str, Any]
+    watchdog: SubprocessWatchdog | None = None
+
+    def start_watchdog(self, on_death: Callable[[BaseProcess], None]) -> None:
+        self.watchdog = SubprocessWatchdog(self.procs, on_death, self.server_args.watchdog_interval)
+        self.watchdog.start()
+
+    def shutdown(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.stop()
+        stop_processes(self.procs)
+        self.tokenizer_manager.close()
+        self.port_args.cleanup()
+
+
+def resolve_model_path(args: ServerArgs) -> ServerArgs:
+    if args.model_path is not None:
+        return args
+    from vla_server.model.demo import demo_model_path
+
+    return replace(args, model_path=str(demo_model_path()))
+
+
+def stop_processes(procs: list[BaseProcess], timeout: float = 3.0) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout)
+        if p.is_alive():
+            p.kill()
+            p.join(1)
+
+
+def launch_node(server_args: ServerArgs) -> Node:
+    from transformers import AutoTokenizer
+
+    args = resolve_model_path(server_args)
+    port_args = PortArgs.init_new()
+    ctx = mp.get_context("spawn")
+    reader, writer = ctx.Pipe(duplex=False)
+    parent = os.getpid()
+    sched = ctx.Process(
+        target=run_scheduler_process, args=(args, port_args, writer, parent), name="scheduler"
+    )
+    detok = ctx.Process(
+        target=run_detokenizer_process, args=(args, port_args, parent), name="detokenizer"
+    )
+    procs: list[BaseProcess] = [sched, detok]
+    tm = None
+    try:
+        sched.start()
+        writer.close()
+        detok.start()
+        tm = TokenizerManager(
+            args, port_args, AutoTokenizer.from_pretrained(args.resolved_tokenizer_path())
+        )
+        info = wait_for_scheduler_ready(reader, procs)
+    except BaseException:
+        stop_processes(procs)
+        if tm is not None:
+            tm.close()
+        port_args.cleanup()
+        raise
+    tm.limits = ModelLimits(info["vocab_size"], info["hidden_size"], info["context_len"])
+    logger.info(
+        "node ready: model %s, KV pool %d tokens, context %d",
+        args.model_path,
+        info["max_total_num_tokens"],
+        info["context_len"],
+    )
+    return Node(args, port_args, tm, procs, info)
+
+
+def wait_for_scheduler_ready(reader: Connection, procs: list[BaseProcess]) -> dict[str, Any]:
+    while True:
+        try:
+            if reader.poll(READY_POLL_S):
+                info = reader.recv()
+                break
+        except EOFError:
+            info = None
+            break
+        dead = next((p for p in procs if not p.is_alive()), None)
+        if dead is not None:
+            raise StartupError(
+                f"{dead.name} process exited with code {dead.exitcode} during start-up"
+            )
+    if info is None:
+        sched = procs[0]
+        sched.join(2)
+        raise StartupError(f"scheduler process exited with code {sched.exitcode} during start-up")
+    if info.get("status") != "ready":
+        raise StartupError(f"scheduler failed to start: {info.get('message')}")
+    return info
+
+
+def describe_death(p: BaseProcess) -> str:
+    return f"{p.name} process (pid {p.pid}) died with exit code {p.exitcode}"
+
+
+class Engine:
+    """The offline Python API: `Engine(model_path=...)`, then `generate()` / `async_generate()`.
+
+    The TokenizerManager runs on a private event loop in a background thread, so `generate`
+    works from plain synchronous code and `async_generate` from any other event loop.
+    """
+
+    def __init__(self, model_path: str | None = None, **kwargs: Any):
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="vla-engine-loop", daemon=True
+        )
+        self._thread.start()
+        self.node = launch_node(ServerArgs(model_path=model_path, **kwargs))
+        self.tokenizer_manager = self.node.tokenizer_manager
+        self.server_args = self.node.server_args
+        self.node.start_watchdog(self._on_child_death)
+        self._closed = False
+
+    def _on_child_death(self, p: BaseProcess) -> None:
+        reason = describe_death(p)
+        logger.error("%s; the engine is down", reason)
+        self._loop.call_soon_threadsafe(self.tokenizer_manager.mark_dead, reason)
+
+    def _run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    async def _collect(self, obj: GenerateReqInput) -> Any:
+        return [out async for out in self.tokenizer_manager.generate_request(obj)][-1]
+
+    def generate(self, **kwargs: Any) -> Any:
+        """Same fields as POST /generate; a dict (a list for a batch), or an iterator of
+        chunks when `stream=True`."""
+        obj = from_kwargs(**kwargs)
+        if obj.stream:
+            return self._iter_stream(obj)
+        return self._run(self._collect(obj))
+
+    def _iter_stream(self, obj: GenerateReqInput) -> Iterator[dict[str, Any]]:
+        agen = self.tokenizer_manager.generate_request(obj)
+        try:
+            while True:
+                try:
+                    yield self._run(agen.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            self._run(agen.aclose())
+
+    async def async_generate(self, **kwargs: Any) -> Any:
+        obj = from_kwargs(**kwargs)
+        if obj.stream:
+            return self._aiter_stream(obj)
+        return await asyncio.wrap_future(
+            asyncio.run_coroutine_threadsafe(self._collect(obj), self._loop)
+        )
+
+    async def _aiter_stream(self, obj: GenerateReqInput) -> AsyncIterator[dict[str, Any]]:
+        agen = self.tokenizer_manager.generate_request(obj)
+
+        def on_loop(coro: Any) -> Any:
+            return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+
+        try:
+            while True:
+                try:
+                    yield await on_loop(agen.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            await on_loop(agen.aclose())
+
+    def flush_cache(self) -> Any:
+        return self._run(self.tokenizer_manager.control.flush_cache())
+
+    def update_weights_from_disk(self, model_path: str) -> Any:
+        return self._run(self.tokenizer_manager.control.update_weights_from_disk(model_path))
+
+    def get_server_info(self) -> dict[str, Any]:
+        return self._run(self.tokenizer_manager.control.internal_state())
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._run(self._close_on_loop())
+        self.node.shutdown()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+
+    async def _close_on_loop(self) -> None:
+        for t in self.tokenizer_manager._loop_tasks:
+            t.cancel()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()

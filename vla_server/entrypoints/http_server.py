@@ -1,0 +1,246 @@
+"""The HTTP front end (FastAPI + uvicorn), SGLang-compatible routes on one TokenizerManager."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import os
+from collections.abc import AsyncIterator
+from multiprocessing.process import BaseProcess
+from typing import Any, TypeVar
+
+import msgspec
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import Response, StreamingResponse
+
+from vla_server.entrypoints.engine import Node, describe_death, launch_node, stop_processes
+from vla_server.errors import RequestError, from_msgspec
+from vla_server.managers.generate_request import parse_body
+from vla_server.managers.tokenizer_manager import ClientDisconnected, TokenizerManager
+from vla_server.server_args import ServerArgs
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+HEALTH_GENERATE_TIMEOUT_S = 20.0
+
+
+class AbortBody(msgspec.Struct, forbid_unknown_fields=True):
+    rid: str = ""
+    abort_all: bool = False
+
+
+class PauseBody(msgspec.Struct, forbid_unknown_fields=True):
+    mode: str = "abort"
+
+
+class UpdateWeightsBody(msgspec.Struct, forbid_unknown_fields=True):
+    model_path: str
+
+
+class EmptyBody(msgspec.Struct, forbid_unknown_fields=True):
+    pass
+
+
+def _json(data: Any, status_code: int = 200) -> Response:
+    return Response(
+        msgspec.json.encode(data), status_code=status_code, media_type="application/json"
+    )
+
+
+async def _parse(request: Request, typ: type[T]) -> T:
+    body = await request.body()
+    try:
+        return msgspec.json.decode(body or b"{}", type=typ)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise from_msgspec(e) from None
+
+
+def _error_of(out: dict[str, Any]) -> RequestError | None:
+    """A scheduler-side rejection (finish type abort with a 4xx/5xx status) as an error."""
+    fin = out.get("meta_info", {}).get("finish_reason") or {}
+    status = fin.get("status_code")
+    if fin.get("type") == "abort" and status is not None and status != 499:
+        return RequestError(fin.get("message", "request failed"), status_code=status)
+    return None
+
+
+def _sse(data: Any) -> bytes:
+    return b"data: " + msgspec.json.encode(data) + b"\n\n"
+
+
+def create_app(node: Node) -> FastAPI:
+    tm: TokenizerManager = node.tokenizer_manager
+    args = node.server_args
+    app = FastAPI(title="vla-server")
+    app.state.node = node
+
+    @app.exception_handler(RequestError)
+    async def request_error(_: Request, e: RequestError) -> Response:
+        return _json(e.to_json(), e.status_code)
+
+    @app.middleware("http")
+    async def auth(request: Request, call_next: Any) -> Response:
+        if args.api_key and request.url.path != "/health":
+            got = request.headers.get("authorization", "")
+            if not hmac.compare_digest(got.encode(), f"Bearer {args.api_key}".encode()):
+                return _json(
+                    RequestError("missing or wrong API key", "authorization", 401).to_json(), 401
+                )
+        return await call_next(request)
+
+    @app.post("/generate")
+    async def generate(request: Request) -> Response:
+        obj = parse_body(await request.body())
+        gen = tm.generate_request(obj, request)
+        if not obj.stream:
+            try:
+                out = [o async for o in gen][-1]
+            except ClientDisconnected:
+                return Response(status_code=499)
+            err = _error_of(out) if isinstance(out, dict) else None
+            return _json(err.to_json(), err.status_code) if err else _json(out)
+        first = await gen.__anext__()
+        err = _error_of(first)
+        if err is not None and not first.get("output_ids"):
+            await gen.aclose()
+            return _json(err.to_json(), err.status_code)
+        return StreamingResponse(_stream(first, gen), media_type="text/event-stream")
+
+    async def _stream(first: dict[str, Any], gen: AsyncIterator[Any]) -> AsyncIterator[bytes]:
+        try:
+            yield _sse(first)
+            async for chunk in gen:
+                yield _sse(chunk)
+            yield b"data: [DONE]\n\n"
+        finally:
+            await gen.aclose()  # type: ignore[attr-defined]
+
+    add_info_routes(app, node)
+    add_control_routes(app, tm)
+    return app
+
+
+def add_info_routes(app: FastAPI, node: Node) -> None:
+    tm = node.tokenizer_manager
+    info = node.scheduler_info
+
+    @app.get("/health")
+    async def health() -> Response:
+        if tm.dead_reason is not None:
+            return _json({"status": "down", "reason": tm.dead_reason}, 503)
+        return _json({"status": "ok"})
+
+    @app.get("/health_generate")
+    async def health_generate() -> Response:
+        from vla_server.managers.generate_request import from_kwargs
+
+        obj = from_kwargs(input_ids=[1], sampling_params={"max_new_tokens": 1, "temperature": 0.0})
+        try:
+            async with asyncio.timeout(HEALTH_GENERATE_TIMEOUT_S):
+                async for _ in tm.generate_request(obj):
+                    pass
+        except (TimeoutError, RequestError) as e:
+            return _json({"status": "unhealthy", "reason": str(e) or "timeout"}, 503)
+        return _json({"status": "ok"})
+
+    @app.get("/get_model_info")
+    async def model_info() -> Response:
+        return _json(
+            {
+                "model_path": node.server_args.model_path,
+                "tokenizer_path": node.server_args.resolved_tokenizer_path(),
+                "is_generation": True,
+                "architectures": info["architectures"],
+                "vocab_size": info["vocab_size"],
+                "hidden_size": info["hidden_size"],
+                "context_len": info["context_len"],
+                "dtype": info["dtype"],
+                "device": info["device"],
+                "attention_backend": info["attention_backend"],
+            }
+        )
+
+    @app.get("/get_server_info")
+    async def server_info() -> Response:
+        state = await tm.control.internal_state()
+        return _json(
+            {
+                **node.server_args.to_dict(),
+                "scheduler_info": info,
+                "internal_states": [state],
+                "num_pending_requests": len(tm.rid_to_state),
+                "kv_pool": state["kv_pool"],
+            }
+        )
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(tm.metrics.render(), media_type="text/plain; version=0.0.4")
+
+
+def add_control_routes(app: FastAPI, tm: TokenizerManager) -> None:
+    def reply(r: Any) -> Response:
+        body = {"success": r.success, "message": r.message, **r.data}
+        return _json(body, 200 if r.success else 400)
+
+    @app.post("/abort_request")
+    async def abort_request(request: Request) -> Response:
+        body = await _parse(request, AbortBody)
+        if not body.abort_all and not body.rid:
+            raise RequestError("give `rid` or `abort_all: true`", field="rid")
+        found = tm.abort_request(body.rid, body.abort_all)
+        return _json({"success": True, "found": found})
+
+    @app.post("/pause_generation")
+    async def pause_generation(request: Request) -> Response:
+        body = await _parse(request, PauseBody)
+        return reply(await tm.control.pause_generation(body.mode))
+
+    @app.post("/continue_generation")
+    async def continue_generation(request: Request) -> Response:
+        await _parse(request, EmptyBody)
+        return reply(await tm.control.continue_generation())
+
+    @app.post("/flush_cache")
+    async def flush_cache(request: Request) -> Response:
+        await _parse(request, EmptyBody)
+        return reply(await tm.control.flush_cache())
+
+    @app.post("/update_weights_from_disk")
+    async def update_weights(request: Request) -> Response:
+        body = await _parse(request, UpdateWeightsBody)
+        if not os.path.isdir(body.model_path):
+            raise RequestError(f"no checkpoint folder at {body.model_path!r}", field="model_path")
+        return reply(await tm.control.update_weights_from_disk(body.model_path))
+
+
+def _exit_on_child_death(node: Node) -> Any:
+    def on_death(p: BaseProcess) -> None:
+        logger.error("%s; shutting the node down", describe_death(p))
+        stop_processes([q for q in node.procs if q is not p])
+        node.port_args.cleanup()
+        os._exit(1)
+
+    return on_death
+
+
+def run_server(server_args: ServerArgs) -> None:
+    node = launch_node(server_args)
+    node.start_watchdog(_exit_on_child_death(node))
+    app = create_app(node)
+    config = uvicorn.Config(
+        app,
+        host=server_args.host,
+        port=server_args.port,
+        log_level=server_args.log_level,
+        timeout_graceful_shutdown=int(server_args.graceful_shutdown_timeout),
+        access_log=False,
+    )
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        node.shutdown()
+        logger.info("node stopped")

@@ -1,0 +1,53 @@
+"""Errors that reach a client as a 4xx/5xx JSON body naming the offending field."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+
+class RequestError(ValueError):
+    def __init__(self, message: str, field: str | None = None, status_code: int = 400):
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.status_code = status_code
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"message": self.message, "type": _error_type(self.status_code)}
+        if self.field is not None:
+            body["field"] = self.field
+        return {"error": body}
+
+
+def _error_type(status: int) -> str:
+    return {
+        400: "invalid_request",
+        401: "unauthorized",
+        404: "not_found",
+        409: "conflict",
+        413: "too_large",
+        429: "too_many_requests",
+        503: "unavailable",
+    }.get(status, "server_error" if status >= 500 else "invalid_request")
+
+
+_PATH = re.compile(r" - at `\$\.?(.*)`$")
+
+
+def from_msgspec(err: Exception, prefix: str = "") -> RequestError:
+    """Turn a msgspec decode/validation error into a RequestError with a dotted field path."""
+    text = str(err)
+    field = None
+    m = _PATH.search(text)
+    if m:
+        field = re.sub(r"\[(\d+)\]", r"[\1]", m.group(1)) or None
+        text = text[: m.start()]
+    unknown = re.search(r"unknown field `([^`]+)`", text)
+    if unknown:
+        field = ".".join(p for p in (field, unknown.group(1)) if p)
+    if prefix:
+        field = f"{prefix}.{field}" if field else prefix
+    if field is None and text.startswith("JSON"):
+        field = "body"
+    return RequestError(text, field=field)

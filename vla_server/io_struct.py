@@ -1,0 +1,186 @@
+"""Every message that crosses a process boundary, and the codec that carries them.
+
+All messages are tagged `msgspec.Struct`s encoded as MessagePack; each socket has a typed decoder
+that accepts only the messages meant for it. Nothing is ever unpickled from a socket: a payload
+that is not one of the expected structs raises `msgspec.DecodeError`/`ValidationError` and is
+dropped by the receiver. Field order is part of the wire schema (array_like): append new fields
+at the tail with defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import numpy as np
+import torch
+
+from vla_server.model.sampling import SamplingParams
+
+
+class Tensor(msgspec.Struct, array_like=True, frozen=True):
+    """An array on the wire: raw bytes + dtype name + shape."""
+
+    data: bytes
+    dtype: str
+    shape: list[int]
+
+    @classmethod
+    def from_numpy(cls, a: np.ndarray) -> Tensor:
+        a = np.ascontiguousarray(a)
+        return cls(a.tobytes(), a.dtype.str, list(a.shape))
+
+    @classmethod
+    def from_torch(cls, t: torch.Tensor) -> Tensor:
+        return cls.from_numpy(t.detach().cpu().numpy())
+
+    def to_numpy(self) -> np.ndarray:
+        return np.frombuffer(self.data, dtype=np.dtype(self.dtype)).reshape(self.shape)
+
+    def to_torch(self) -> torch.Tensor:
+        return torch.from_numpy(self.to_numpy().copy())
+
+
+class _Msg(msgspec.Struct, tag=True, kw_only=True, array_like=True):
+    pass
+
+
+# ---- TokenizerManager -> Scheduler (request ring) -------------------------------------------
+
+
+class TokenizedGenerateReqInput(_Msg):
+    rid: str
+    input_ids: list[int]
+    sampling_params: SamplingParams
+    input_embeds: Tensor | None = None
+    return_logprob: bool = False
+    logprob_start_len: int = -1
+    top_logprobs_num: int = 0
+    stream: bool = False
+    received_time: float = 0.0
+
+
+class BatchTokenizedGenerateReqInput(_Msg):
+    batch: list[TokenizedGenerateReqInput]
+
+
+class AbortReq(_Msg):
+    rid: str = ""
+    abort_all: bool = False
+
+
+SchedulerInput = TokenizedGenerateReqInput | BatchTokenizedGenerateReqInput | AbortReq
+
+
+# ---- TokenizerManager <-> Scheduler (rpc control plane) --------------------------------------
+
+
+class PauseGenerationReq(_Msg):
+    call_id: int
+    mode: str = "abort"
+
+
+class ContinueGenerationReq(_Msg):
+    call_id: int
+
+
+class FlushCacheReq(_Msg):
+    call_id: int
+
+
+class UpdateWeightsFromDiskReq(_Msg):
+    call_id: int
+    model_path: str
+
+
+class GetInternalStateReq(_Msg):
+    call_id: int
+
+
+RpcRequest = (
+    PauseGenerationReq
+    | ContinueGenerationReq
+    | FlushCacheReq
+    | UpdateWeightsFromDiskReq
+    | GetInternalStateReq
+)
+
+
+class RpcReply(_Msg):
+    call_id: int
+    success: bool
+    message: str = ""
+    data: dict[str, Any] = {}
+
+
+# ---- Scheduler -> Detokenizer -> TokenizerManager (output ring) ------------------------------
+
+
+class Logprobs(msgspec.Struct, array_like=True):
+    """Logprob values new since the previous chunk of one request."""
+
+    output_vals: list[float] = []
+    output_top: list[list[tuple[float, int]]] = []
+    input_vals: list[float | None] = []
+    input_ids: list[int] = []
+    input_top: list[list[tuple[float, int]]] = []
+
+
+class ReqOutputMeta(msgspec.Struct, array_like=True):
+    """Per-request bookkeeping carried through the output ring unchanged."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    queue_time: float | None = None  # seconds from scheduler arrival to first forward
+
+
+class SchedulerStats(msgspec.Struct, array_like=True):
+    num_running_reqs: int
+    num_waiting_reqs: int
+    kv_used_tokens: int
+    kv_total_tokens: int
+
+
+class BatchTokenIDOutput(_Msg):
+    rids: list[str]
+    finished_reasons: list[dict[str, Any] | None]
+    decode_ids: list[list[int]]  # new ids since the previous send
+    read_offsets: list[int]  # prompt length: where the first send's decoding starts
+    skip_special_tokens: list[bool]
+    stop_strs: list[list[str]]
+    metas: list[ReqOutputMeta]
+    logprobs: list[Logprobs | None]
+    stats: SchedulerStats
+
+
+class BatchStrOutput(_Msg):
+    rids: list[str]
+    finished_reasons: list[dict[str, Any] | None]
+    output_strs: list[str]  # new text since the previous send
+    output_ids: list[list[int]]  # new ids since the previous send
+    metas: list[ReqOutputMeta]
+    logprobs: list[Logprobs | None]
+    stats: SchedulerStats
+
+
+# ---- codec -----------------------------------------------------------------------------------
+
+_encoder = msgspec.msgpack.Encoder()
+
+
+def encode(msg: msgspec.Struct) -> bytes:
+    return _encoder.encode(msg)
+
+
+def decoder_for(msg_type: Any) -> msgspec.msgpack.Decoder:
+    return msgspec.msgpack.Decoder(type=msg_type)
+
+
+scheduler_input_decoder = decoder_for(SchedulerInput)
+rpc_request_decoder = decoder_for(RpcRequest)
+rpc_reply_decoder = decoder_for(RpcReply)
+detokenizer_input_decoder = decoder_for(BatchTokenIDOutput)
+tokenizer_input_decoder = decoder_for(BatchStrOutput)
+
+WireError = (msgspec.DecodeError, msgspec.ValidationError)

@@ -1,0 +1,106 @@
+"""The main process's side of the control plane: rpc calls to the scheduler, pause/resume,
+flush, weight updates and state queries."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import TYPE_CHECKING, Any
+
+import zmq.asyncio
+
+from vla_server.errors import RequestError
+from vla_server.io_struct import (
+    ContinueGenerationReq,
+    FlushCacheReq,
+    GetInternalStateReq,
+    PauseGenerationReq,
+    RpcReply,
+    UpdateWeightsFromDiskReq,
+    WireError,
+    encode,
+    rpc_reply_decoder,
+)
+
+if TYPE_CHECKING:
+    from vla_server.managers.tokenizer_manager import TokenizerManager
+
+logger = logging.getLogger(__name__)
+
+PAUSE_MODES = ("abort", "retract", "in_place")
+
+
+class ControlClient:
+    def __init__(self, tm: TokenizerManager, sock: zmq.asyncio.Socket):
+        self.tm = tm
+        self.sock = sock
+        self._call_ids = itertools.count(1)
+        self._waiters: dict[int, asyncio.Future[RpcReply]] = {}
+
+    async def reply_loop(self) -> None:
+        while True:
+            raw = await self.sock.recv()
+            try:
+                reply = rpc_reply_decoder.decode(raw)
+            except WireError as e:
+                logger.warning("dropped a malformed rpc reply: %s", e)
+                continue
+            fut = self._waiters.pop(reply.call_id, None)
+            if fut is not None and not fut.done():
+                fut.set_result(reply)
+
+    def fail_all(self, exc: Exception) -> None:
+        for fut in self._waiters.values():
+            if not fut.done():
+                fut.set_exception(exc)
+        self._waiters.clear()
+
+    async def call(self, msg_type: type, **fields: Any) -> RpcReply:
+        self.tm.ensure_loops()
+        self.tm._check_alive()
+        call_id = next(self._call_ids)
+        fut: asyncio.Future[RpcReply] = asyncio.get_running_loop().create_future()
+        self._waiters[call_id] = fut
+        await self.sock.send(encode(msg_type(call_id=call_id, **fields)))
+        return await fut
+
+    async def pause_generation(self, mode: str) -> RpcReply:
+        if mode not in PAUSE_MODES:
+            raise RequestError(
+                f"unknown mode {mode!r}; one of {', '.join(PAUSE_MODES)}", field="mode"
+            )
+        self.tm.is_pause = True
+        if mode == "abort":
+            await self._abort_until_drained()
+            return RpcReply(call_id=0, success=True, message="paused; in-flight requests aborted")
+        return await self.call(PauseGenerationReq, mode=mode)
+
+    async def _abort_until_drained(self) -> None:
+        # Re-send every second: a request may be dispatched between two aborts.
+        while self.tm.model_update_lock.readers > 0:
+            self.tm.abort_request(abort_all=True)
+            for _ in range(20):
+                if self.tm.model_update_lock.readers == 0:
+                    return
+                await asyncio.sleep(0.05)
+
+    async def continue_generation(self) -> RpcReply:
+        self.tm.is_pause = False
+        cond = self.tm._pause_cond
+        if cond is not None:
+            async with cond:
+                cond.notify_all()
+        return await self.call(ContinueGenerationReq)
+
+    async def flush_cache(self) -> RpcReply:
+        return await self.call(FlushCacheReq)
+
+    async def update_weights_from_disk(self, model_path: str) -> RpcReply:
+        if self.tm.is_pause:
+            return await self.call(UpdateWeightsFromDiskReq, model_path=model_path)
+        async with self.tm.model_update_lock.writer():
+            return await self.call(UpdateWeightsFromDiskReq, model_path=model_path)
+
+    async def internal_state(self) -> dict[str, Any]:
+        return (await self.call(GetInternalStateReq)).data

@@ -1,0 +1,101 @@
+"""The detokenizer process: token ids from the scheduler in, text deltas to the main process out."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import zmq
+
+from vla_server.io_struct import (
+    BatchStrOutput,
+    BatchTokenIDOutput,
+    WireError,
+    detokenizer_input_decoder,
+    encode,
+)
+from vla_server.managers.incremental_decode import DecodeInput, IncrementalDecoder
+from vla_server.process_utils import (
+    become_child_process,
+    configure_logging,
+    parent_is_gone,
+    zmq_socket,
+)
+from vla_server.server_args import PortArgs, ServerArgs
+
+logger = logging.getLogger(__name__)
+
+
+class DetokenizerManager:
+    def __init__(self, server_args: ServerArgs, port_args: PortArgs):
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(server_args.resolved_tokenizer_path())
+        self.decoder = IncrementalDecoder(tokenizer, vocab_size=len(tokenizer))
+        self.ctx = zmq.Context(2)
+        self.recv_sock = zmq_socket(self.ctx, zmq.PULL, port_args.detokenizer_ipc_name, bind=True)
+        self.send_sock = zmq_socket(self.ctx, zmq.PUSH, port_args.tokenizer_ipc_name, bind=False)
+
+    def handle(self, msg: BatchTokenIDOutput) -> BatchStrOutput:
+        items = [
+            DecodeInput(rid, ids, ctx, skip, stops, fin)
+            for rid, ids, ctx, skip, stops, fin in zip(
+                msg.rids,
+                msg.decode_ids,
+                msg.read_offsets,
+                msg.skip_special_tokens,
+                msg.stop_strs,
+                msg.finished_reasons,
+                strict=True,
+            )
+        ]
+        texts = self.decoder.step(items)
+        # Output ids exclude the left-context prompt ids the scheduler sends with a first chunk.
+        out_ids = [
+            ids[ctx:] if rid_new else ids
+            for ids, ctx, rid_new in zip(
+                msg.decode_ids, msg.read_offsets, self._first_flags(msg), strict=True
+            )
+        ]
+        return BatchStrOutput(
+            rids=msg.rids,
+            finished_reasons=msg.finished_reasons,
+            output_strs=texts,
+            output_ids=out_ids,
+            metas=msg.metas,
+            logprobs=msg.logprobs,
+            stats=msg.stats,
+        )
+
+    @staticmethod
+    def _first_flags(msg: BatchTokenIDOutput) -> list[bool]:
+        # read_offsets is non-zero only on a request's first chunk (it carries the context length)
+        return [off > 0 for off in msg.read_offsets]
+
+    def event_loop(self, parent_pid: int) -> None:
+        poller = zmq.Poller()
+        poller.register(self.recv_sock, zmq.POLLIN)
+        while True:
+            if not poller.poll(1000):
+                if parent_is_gone(parent_pid):
+                    return
+                continue
+            raw = self.recv_sock.recv()
+            try:
+                msg = detokenizer_input_decoder.decode(raw)
+            except WireError as e:
+                logger.warning("dropped a malformed message on the detokenizer socket: %s", e)
+                continue
+            self.send_sock.send(encode(self.handle(msg)))
+
+
+def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs, parent_pid: int) -> None:
+    become_child_process()
+    configure_logging(server_args.log_level)
+    try:
+        DetokenizerManager(server_args, port_args).event_loop(parent_pid)
+    except Exception:
+        logger.exception("detokenizer crashed")
+        sys.exit(1)
+    os._exit(0)

@@ -1,0 +1,209 @@
+"""The public generate request (HTTP body / Engine kwargs) and its normalisation into items.
+
+A request carries exactly one of `text`, `input_ids` or `input_embeds`, either for one prompt
+or for a batch (a list of prompts). `normalize` validates everything that can be checked
+without the tokenizer and returns one `GenerateItem` per prompt; any problem raises a
+`RequestError` naming the field, before any state exists.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from vla_server.errors import RequestError, from_msgspec
+from vla_server.model.sampling import SamplingParams
+
+
+class GenerateReqInput(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    text: str | list[str] | None = None
+    input_ids: list[Any] | None = None
+    input_embeds: list[Any] | None = None
+    sampling_params: dict[str, Any] | list[dict[str, Any]] | None = None
+    rid: str | list[str] | None = None
+    return_logprob: bool | list[bool] = False
+    logprob_start_len: int = -1
+    top_logprobs_num: int = 0
+    return_text_in_logprobs: bool = False
+    stream: bool = False
+
+
+@dataclass
+class GenerateItem:
+    index: int
+    rid: str
+    text: str | None
+    input_ids: list[int] | None
+    input_embeds: np.ndarray | None
+    sampling_params: SamplingParams
+    return_logprob: bool
+    logprob_start_len: int
+    top_logprobs_num: int
+    return_text_in_logprobs: bool
+    stream: bool
+    in_batch: bool
+
+
+@dataclass
+class ModelLimits:
+    vocab_size: int
+    hidden_size: int
+    context_len: int
+
+
+def parse_body(body: bytes) -> GenerateReqInput:
+    try:
+        return msgspec.json.decode(body, type=GenerateReqInput)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise from_msgspec(e) from None
+
+
+def from_kwargs(**kwargs: Any) -> GenerateReqInput:
+    try:
+        return msgspec.convert(kwargs, GenerateReqInput)
+    except msgspec.ValidationError as e:
+        raise from_msgspec(e) from None
+
+
+def _prompts(obj: GenerateReqInput, hidden: int) -> tuple[str, list[Any], bool]:
+    given = [n for n in ("text", "input_ids", "input_embeds") if getattr(obj, n) is not None]
+    if len(given) != 1:
+        raise RequestError(
+            "exactly one of `text`, `input_ids` or `input_embeds` is required"
+            + (f" (got {', '.join(given)})" if given else ""),
+            field="text" if not given else given[1],
+        )
+    kind = given[0]
+    value = getattr(obj, kind)
+    if kind == "text":
+        return kind, [value] if isinstance(value, str) else list(value), isinstance(value, list)
+    if kind == "input_ids":
+        batch = bool(value) and isinstance(value[0], list)
+        prompts = value if batch else [value]
+        for i, p in enumerate(prompts):
+            _check_ids(p, f"input_ids[{i}]" if batch else "input_ids")
+        return kind, prompts, batch
+    batch = bool(value) and bool(value[0]) and isinstance(value[0][0], list)
+    prompts = value if batch else [value]
+    return kind, [_embeds(p, hidden, i, batch) for i, p in enumerate(prompts)], batch
+
+
+def _check_ids(ids: Any, field: str) -> None:
+    if not isinstance(ids, list) or not all(type(t) is int for t in ids):
+        raise RequestError("must be a list of integer token ids (or a list of such lists)", field)
+
+
+def _embeds(p: Any, hidden: int, i: int, batch: bool) -> np.ndarray:
+    field = f"input_embeds[{i}]" if batch else "input_embeds"
+    try:
+        arr = np.asarray(p, dtype=np.float32)
+    except (ValueError, TypeError):
+        raise RequestError("must be a [num_tokens, hidden_size] list of floats", field) from None
+    if arr.ndim != 2 or arr.shape[0] == 0:
+        raise RequestError("must be a non-empty [num_tokens, hidden_size] list of floats", field)
+    if arr.shape[1] != hidden:
+        raise RequestError(
+            f"embeddings have width {arr.shape[1]}; the model's hidden size is {hidden}", field
+        )
+    if not np.isfinite(arr).all():
+        raise RequestError("embeddings must be finite", field)
+    return arr
+
+
+def _per_item(value: Any, n: int, field: str, batch: bool) -> list[Any]:
+    if isinstance(value, list):
+        if not batch:
+            raise RequestError("a list is only allowed for a batch of prompts", field)
+        if len(value) != n:
+            raise RequestError(f"has {len(value)} entries for a batch of {n} prompts", field)
+        return value
+    return [value] * n
+
+
+def _sampling(d: dict[str, Any] | None, field: str, limits: ModelLimits) -> SamplingParams:
+    try:
+        params = msgspec.convert(d or {}, SamplingParams)
+    except msgspec.ValidationError as e:
+        raise from_msgspec(e, prefix=field) from None
+    try:
+        params.validate(limits.vocab_size)
+    except ValueError as e:
+        raise RequestError(str(e), field=f"{field}.{_field_of(e)}") from None
+    return params
+
+
+def _field_of(e: ValueError) -> str:
+    # SamplingParams.validate puts the field name first: "<field> must ..."
+    return str(e).split()[0].strip("`:'\"")
+
+
+def normalize(obj: GenerateReqInput, limits: ModelLimits) -> tuple[list[GenerateItem], bool]:
+    kind, prompts, batch = _prompts(obj, limits.hidden_size)
+    n = len(prompts)
+    if n == 0:
+        raise RequestError("the batch is empty", field=kind)
+    if obj.logprob_start_len < -1:
+        raise RequestError("must be >= -1 (-1: output tokens only)", "logprob_start_len")
+    if obj.top_logprobs_num < 0:
+        raise RequestError("must be >= 0", "top_logprobs_num")
+    params = _per_item(obj.sampling_params, n, "sampling_params", batch)
+    rids = _rids(obj.rid, n, batch)
+    want_lp = _per_item(obj.return_logprob, n, "return_logprob", batch)
+    items = []
+    for i in range(n):
+        field = (
+            f"sampling_params[{i}]" if isinstance(obj.sampling_params, list) else "sampling_params"
+        )
+        items.append(
+            GenerateItem(
+                index=i,
+                rid=rids[i],
+                text=prompts[i] if kind == "text" else None,
+                input_ids=prompts[i] if kind == "input_ids" else None,
+                input_embeds=prompts[i] if kind == "input_embeds" else None,
+                sampling_params=_sampling(params[i], field, limits),
+                return_logprob=want_lp[i],
+                logprob_start_len=obj.logprob_start_len,
+                top_logprobs_num=obj.top_logprobs_num,
+                return_text_in_logprobs=obj.return_text_in_logprobs,
+                stream=obj.stream,
+                in_batch=batch,
+            )
+        )
+    return items, batch
+
+
+def _rids(rid: str | list[str] | None, n: int, batch: bool) -> list[str]:
+    if rid is None:
+        return [uuid.uuid4().hex for _ in range(n)]
+    if isinstance(rid, str):
+        if rid == "":
+            raise RequestError("must be a non-empty string", "rid")
+        return [rid] if not batch else [f"{rid}-{i}" for i in range(n)]
+    rids = _per_item(rid, n, "rid", batch)
+    if len(set(rids)) != len(rids) or any(r == "" for r in rids):
+        raise RequestError("rids in a batch must be unique and non-empty", "rid")
+    return rids
+
+
+def check_token_ids(ids: list[int], limits: ModelLimits, field: str) -> None:
+    if not ids:
+        raise RequestError("the prompt is empty", field)
+    bad = next((t for t in ids if not 0 <= t < limits.vocab_size), None)
+    if bad is not None:
+        raise RequestError(
+            f"token id {bad} is outside the vocabulary [0, {limits.vocab_size})", field
+        )
+
+
+def check_prompt_length(n: int, limits: ModelLimits, field: str) -> None:
+    if n >= limits.context_len:
+        raise RequestError(
+            f"the prompt has {n} tokens; the model's context length is {limits.context_len} "
+            "(prompt plus at least one new token must fit)",
+            field,
+        )

@@ -1,0 +1,125 @@
+"""Incremental batch detokenisation with surrounding/read offsets.
+
+Per request we keep the ids decoded so far and two offsets: `surr` (start of a few tokens of
+left context) and `read` (end of what has been committed). Each step decodes `ids[surr:read]`
+and `ids[surr:]` for the whole batch in two tokenizer calls; the new text is the difference.
+Text that ends in U+FFFD (an incomplete UTF-8 sequence split across tokens) is held back until
+the next token completes it, so a client never sees a broken character. Text that could still
+grow into a stop string is held back too, and a matched stop string is trimmed at the finish.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+REPLACEMENT_CHAR = "\ufffd"
+MAX_STATES = 65536
+
+
+class BatchDecoder(Protocol):
+    def batch_decode(self, sequences: list[list[int]], skip_special_tokens: bool) -> list[str]: ...
+
+
+@dataclass
+class DecodeState:
+    ids: list[int]
+    surr: int
+    read: int
+    skip_special_tokens: bool
+    stop_strs: list[str]
+    text: str = ""  # committed text of the output (context excluded)
+    sent: int = 0  # chars of `text` already emitted
+    pending: list[int] = field(default_factory=list)
+
+
+@dataclass
+class DecodeInput:
+    rid: str
+    new_ids: list[int]
+    context_len: int  # on the first message: how many leading ids are prompt context
+    skip_special_tokens: bool
+    stop_strs: list[str]
+    finished_reason: dict[str, Any] | None
+
+
+class IncrementalDecoder:
+    def __init__(self, tokenizer: BatchDecoder, vocab_size: int):
+        self.tokenizer = tokenizer
+        self.vocab_size = vocab_size
+        self.states: OrderedDict[str, DecodeState] = OrderedDict()
+
+    def _state(self, item: DecodeInput) -> DecodeState:
+        st = self.states.get(item.rid)
+        if st is None:
+            ctx = item.context_len
+            st = DecodeState([], 0, ctx, item.skip_special_tokens, item.stop_strs)
+            self.states[item.rid] = st
+            while len(self.states) > MAX_STATES:
+                self.states.popitem(last=False)
+        return st
+
+    def step(self, items: list[DecodeInput]) -> list[str]:
+        """Consume new ids for each request; return the text to emit for each, in order."""
+        states = [self._state(it) for it in items]
+        for st, it in zip(states, items, strict=True):
+            # Ids beyond the vocabulary (image pads) cannot be decoded; they never start a output.
+            st.ids.extend(i if 0 <= i < self.vocab_size else 0 for i in it.new_ids)
+        surr_texts = self._decode(states, lambda s: s.ids[s.surr : s.read])
+        read_texts = self._decode(states, lambda s: s.ids[s.surr :])
+        out = []
+        for st, it, surr_text, read_text in zip(states, items, surr_texts, read_texts, strict=True):
+            new_text = read_text[len(surr_text) :]
+            finished = it.finished_reason is not None
+            if finished or not new_text.endswith(REPLACEMENT_CHAR):
+                st.text += new_text
+                st.surr, st.read = st.read, len(st.ids)
+            out.append(self._emit(st, it.finished_reason))
+            if finished:
+                self.states.pop(it.rid, None)
+        return out
+
+    def _decode(self, states: list[DecodeState], window: Any) -> list[str]:
+        result = [""] * len(states)
+        for flag in (True, False):
+            rows = [i for i, s in enumerate(states) if s.skip_special_tokens is flag]
+            seqs = [window(states[i]) for i in rows]
+            nonempty = [(i, q) for i, q in zip(rows, seqs, strict=True) if q]
+            if nonempty:
+                texts = self.tokenizer.batch_decode(
+                    [q for _, q in nonempty], skip_special_tokens=flag
+                )
+                for (i, _), t in zip(nonempty, texts, strict=True):
+                    result[i] = t
+        return result
+
+    def _emit(self, st: DecodeState, finished_reason: dict[str, Any] | None) -> str:
+        if finished_reason is not None:
+            end = _trim_stop(st.text, finished_reason)
+        else:
+            end = len(st.text) - _held_stop_prefix(st.text, st.stop_strs)
+        end = max(end, st.sent)
+        chunk = st.text[st.sent : end]
+        st.sent = end
+        return chunk
+
+
+def _trim_stop(text: str, finished_reason: dict[str, Any]) -> int:
+    matched = finished_reason.get("matched")
+    if finished_reason.get("type") == "stop" and isinstance(matched, str) and matched:
+        pos = text.find(matched)
+        if pos >= 0:
+            return pos
+    return len(text)
+
+
+def _held_stop_prefix(text: str, stop_strs: list[str]) -> int:
+    """Length of the longest tail of `text` that is a proper prefix of a stop string."""
+    held = 0
+    for s in stop_strs:
+        for k in range(min(len(s) - 1, len(text)), held, -1):
+            if text.endswith(s[:k]):
+                held = k
+                break
+    return held

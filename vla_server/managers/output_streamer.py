@@ -1,0 +1,62 @@
+"""Which requests send output after a step, and the BatchTokenIDOutput that carries it."""
+
+from __future__ import annotations
+
+from vla_server.io_struct import BatchTokenIDOutput, ReqOutputMeta, SchedulerStats
+from vla_server.managers.req import DETOKENIZE_CONTEXT_IDS, Req
+
+# A non-streaming request still ships its ids every so often, so the detokenizer's work stays
+# incremental instead of one large decode at the finish.
+NON_STREAM_FLUSH_TOKENS = 50
+
+
+def should_send(req: Req, stream_interval: int) -> bool:
+    if req.finished:
+        return True
+    unsent = len(req.output_ids) - req.sent_output_len
+    if unsent <= 0:
+        return False
+    if req.stream:
+        return not req.first_chunk_sent or unsent >= stream_interval
+    return unsent >= NON_STREAM_FLUSH_TOKENS
+
+
+def build_output(reqs: list[Req], stats: SchedulerStats) -> BatchTokenIDOutput:
+    out = BatchTokenIDOutput(
+        rids=[],
+        finished_reasons=[],
+        decode_ids=[],
+        read_offsets=[],
+        skip_special_tokens=[],
+        stop_strs=[],
+        metas=[],
+        logprobs=[],
+        stats=stats,
+    )
+    for req in reqs:
+        new_ids = req.output_ids[req.sent_output_len :]
+        context: list[int] = []
+        if not req.first_chunk_sent:
+            context = (
+                req.origin_input_ids[-DETOKENIZE_CONTEXT_IDS:] if req.input_embeds is None else []
+            )
+        out.rids.append(req.rid)
+        out.finished_reasons.append(req.finished_reason)
+        out.decode_ids.append(context + new_ids)
+        out.read_offsets.append(len(context))
+        out.skip_special_tokens.append(req.sampling_params.skip_special_tokens)
+        out.stop_strs.append(req.sampling_params.stop)
+        out.metas.append(
+            ReqOutputMeta(
+                prompt_tokens=len(req.origin_input_ids),
+                completion_tokens=len(req.output_ids),
+                cached_tokens=req.cached_tokens,
+                queue_time=None if req.queue_time_sent else req.queue_time,
+            )
+        )
+        out.logprobs.append(req.pending_logprobs)
+        req.pending_logprobs = None
+        req.queue_time_sent = req.queue_time_sent or req.queue_time is not None
+        req.sent_output_len = len(req.output_ids)
+        req.first_chunk_sent = True
+    return out

@@ -1,0 +1,93 @@
+"""The scheduler's view of one request."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from vla_server.io_struct import Logprobs, TokenizedGenerateReqInput
+from vla_server.model.sampling import SamplingParams
+
+# How many prompt ids ride along with a request's first output chunk as decoding context.
+DETOKENIZE_CONTEXT_IDS = 5
+
+
+def finish_length(n: int) -> dict[str, Any]:
+    return {"type": "length", "length": n}
+
+
+def finish_stop(matched: int | str) -> dict[str, Any]:
+    return {"type": "stop", "matched": matched}
+
+
+def finish_abort(message: str = "aborted", status_code: int = 499) -> dict[str, Any]:
+    return {"type": "abort", "message": message, "status_code": status_code}
+
+
+@dataclass(eq=False)
+class Req:
+    rid: str
+    origin_input_ids: list[int]
+    sampling_params: SamplingParams
+    input_embeds: torch.Tensor | None = None
+    return_logprob: bool = False
+    logprob_start_len: int = -1
+    top_logprobs_num: int = 0
+    stream: bool = False
+    arrival_time: float = field(default_factory=time.monotonic)
+
+    output_ids: list[int] = field(default_factory=list)
+    req_pool_idx: int | None = None
+    kv_len: int = 0  # tokens of fill_ids whose K/V are in the pool
+    cached_tokens: int = 0
+    finished_reason: dict[str, Any] | None = None
+    to_abort: dict[str, Any] | None = None
+    generator: torch.Generator | None = None
+    queue_time: float | None = None
+
+    # streaming bookkeeping
+    sent_output_len: int = 0
+    first_chunk_sent: bool = False
+    queue_time_sent: bool = False
+    pending_logprobs: Logprobs | None = None
+
+    @classmethod
+    def from_wire(cls, msg: TokenizedGenerateReqInput) -> Req:
+        embeds = msg.input_embeds.to_torch() if msg.input_embeds is not None else None
+        return cls(
+            rid=msg.rid,
+            origin_input_ids=list(msg.input_ids),
+            sampling_params=msg.sampling_params,
+            input_embeds=embeds,
+            return_logprob=msg.return_logprob,
+            logprob_start_len=msg.logprob_start_len,
+            top_logprobs_num=msg.top_logprobs_num,
+            stream=msg.stream,
+        )
+
+    @property
+    def fill_ids(self) -> list[int]:
+        return self.origin_input_ids + self.output_ids
+
+    @property
+    def seq_len(self) -> int:
+        return len(self.origin_input_ids) + len(self.output_ids)
+
+    @property
+    def finished(self) -> bool:
+        return self.finished_reason is not None
+
+    @property
+    def max_new_tokens(self) -> int:
+        return self.sampling_params.max_new_tokens
+
+    def remaining_new_tokens(self) -> int:
+        return max(self.max_new_tokens - len(self.output_ids), 0)
+
+    def logprobs_delta(self) -> Logprobs:
+        if self.pending_logprobs is None:
+            self.pending_logprobs = Logprobs()
+        return self.pending_logprobs

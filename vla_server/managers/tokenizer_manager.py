@@ -1,0 +1,348 @@
+"""TokenizerManager: the main process's side of the ring (asyncio).
+
+`generate_request` follows DESIGN §2: normalise -> create per-rid state up front (a duplicate rid
+in flight is an error) -> wait while paused -> hold the model-update reader lock through the
+whole response -> tokenize -> send -> wait. A failure before dispatch removes the state; a
+failure after dispatch sends exactly one abort, and the scheduler's echo removes the state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from vla_server.errors import RequestError
+from vla_server.io_struct import (
+    AbortReq,
+    BatchStrOutput,
+    BatchTokenizedGenerateReqInput,
+    Tensor,
+    TokenizedGenerateReqInput,
+    WireError,
+    encode,
+    tokenizer_input_decoder,
+)
+from vla_server.managers.aio_rwlock import RWLock
+from vla_server.managers.control_client import ControlClient
+from vla_server.managers.generate_request import (
+    GenerateItem,
+    GenerateReqInput,
+    ModelLimits,
+    check_prompt_length,
+    check_token_ids,
+    normalize,
+)
+from vla_server.managers.req_state import (
+    ReqState,
+    coalesce,
+    extend_logprobs,
+    logprob_delta,
+    meta_info,
+)
+from vla_server.metrics import ServerMetrics
+from vla_server.process_utils import zmq_socket
+from vla_server.server_args import PortArgs, ServerArgs
+
+logger = logging.getLogger(__name__)
+
+BACKLOG_WARN_CHUNKS = 20
+DISCONNECT_POLL_S = 0.5
+
+
+class EngineDeadError(RuntimeError):
+    pass
+
+
+class TokenizerManager:
+    def __init__(self, server_args: ServerArgs, port_args: PortArgs, tokenizer: Any):
+        self.args = server_args
+        self.tokenizer = tokenizer
+        self.limits: ModelLimits | None = None  # known once the scheduler is ready
+        self.rid_to_state: dict[str, ReqState] = {}
+        self.metrics = ServerMetrics()
+        self.model_update_lock = RWLock()
+        self.is_pause = False
+        self._pause_cond: asyncio.Condition | None = None
+        self.dead_reason: str | None = None
+        self.last_stats: dict[str, int] = {}
+        self._ctx = zmq.asyncio.Context(2)
+        self.recv_sock = zmq_socket(self._ctx, zmq.PULL, port_args.tokenizer_ipc_name, bind=True)
+        self.send_sock = zmq_socket(
+            self._ctx, zmq.PUSH, port_args.scheduler_input_ipc_name, bind=True
+        )
+        self.control = ControlClient(
+            self, zmq_socket(self._ctx, zmq.DEALER, port_args.rpc_ipc_name, bind=True)
+        )
+        self._loop_tasks: list[asyncio.Task[None]] = []
+
+    # ---- loops -------------------------------------------------------------------------------
+
+    def ensure_loops(self) -> None:
+        if not self._loop_tasks:
+            self._pause_cond = asyncio.Condition()
+            self._loop_tasks = [
+                asyncio.create_task(self._handle_loop()),
+                asyncio.create_task(self.control.reply_loop()),
+            ]
+
+    async def _handle_loop(self) -> None:
+        while True:
+            raw = await self.recv_sock.recv()
+            try:
+                msg = tokenizer_input_decoder.decode(raw)
+            except WireError as e:
+                logger.warning("dropped a malformed message on the tokenizer socket: %s", e)
+                continue
+            self._handle_batch_output(msg)
+
+    def close(self) -> None:
+        for t in self._loop_tasks:
+            t.cancel()
+        self._ctx.destroy(linger=0)
+
+    # ---- outputs -----------------------------------------------------------------------------
+
+    def _handle_batch_output(self, msg: BatchStrOutput) -> None:
+        s = msg.stats
+        self.last_stats = {
+            "num_running_reqs": s.num_running_reqs,
+            "num_waiting_reqs": s.num_waiting_reqs,
+            "kv_used_tokens": s.kv_used_tokens,
+        }
+        self.metrics.num_running.set(s.num_running_reqs)
+        self.metrics.num_waiting.set(s.num_waiting_reqs)
+        self.metrics.kv_used.set(s.kv_used_tokens)
+        for i, rid in enumerate(msg.rids):
+            state = self.rid_to_state.get(rid)
+            if state is None:
+                continue
+            self._apply_output(state, msg, i)
+            if state.finished:
+                del self.rid_to_state[rid]
+            state.event.set()
+
+    def _apply_output(self, state: ReqState, msg: BatchStrOutput, i: int) -> None:
+        meta, finish, new_ids, text = (
+            msg.metas[i],
+            msg.finished_reasons[i],
+            msg.output_ids[i],
+            msg.output_strs[i],
+        )
+        self._observe_latency(state, meta, len(new_ids), finish)
+        state.text_chunks.append(text)
+        state.output_ids.extend(new_ids)
+        lp_delta = None
+        if msg.logprobs[i] is not None:
+            decode = self._decode_one if state.item.return_text_in_logprobs else None
+            lp_delta = logprob_delta(msg.logprobs[i], new_ids, decode)
+            extend_logprobs(state.logprobs, lp_delta)
+        state.finished = finish is not None
+        state.finish_reason = finish
+        if state.item.stream:
+            chunk = {
+                "text": text,
+                "output_ids": new_ids,
+                "meta_info": meta_info(state, meta, finish, lp_delta),
+            }
+        elif state.finished:
+            full = "".join(state.text_chunks)
+            chunk = {
+                "text": full,
+                "output_ids": state.output_ids,
+                "meta_info": meta_info(state, meta, finish, state.logprobs),
+            }
+        else:
+            return
+        if state.item.in_batch:
+            chunk["index"] = state.item.index
+        state.out_list.append(chunk)
+
+    def _decode_one(self, tid: int) -> str:
+        return self.tokenizer.decode([tid])
+
+    def _observe_latency(self, state: ReqState, meta: Any, n_new: int, finish: dict | None) -> None:
+        now = time.perf_counter()
+        m = self.metrics
+        if meta.queue_time is not None:
+            m.queue_time.observe(meta.queue_time)
+        if n_new:
+            if state.first_token_time is None:
+                state.first_token_time = now
+                m.ttft.observe(now - state.created)
+            elif state.last_output_time is not None:
+                gap = (now - state.last_output_time) / n_new
+                for _ in range(n_new):
+                    m.itl.observe(gap)
+            state.last_output_time = now
+            m.generation_tokens.inc(n_new)
+        if finish is not None:
+            m.e2e.observe(now - state.created)
+            m.prompt_tokens.inc(meta.prompt_tokens)
+            m.requests.labels(finish=finish.get("type", "unknown")).inc()
+
+    # ---- requests ----------------------------------------------------------------------------
+
+    async def generate_request(
+        self, obj: GenerateReqInput, request: Any = None
+    ) -> AsyncIterator[dict[str, Any] | list[dict[str, Any]]]:
+        """Yield output chunks (streaming) or one final output (a list for a batch)."""
+        self.ensure_loops()
+        self._check_alive()
+        assert self.limits is not None
+        items, is_batch = normalize(obj, self.limits)
+        states = self._init_states(items)
+        try:
+            await self._wait_unpaused()
+            async with self.model_update_lock.reader():
+                msgs = [self._tokenize(it) for it in items]
+                self._send(msgs, states)
+                async for out in self._wait_responses(states, request, is_batch):
+                    yield out
+        except BaseException:
+            self._release_on_failure(states)
+            raise
+
+    def _check_alive(self) -> None:
+        if self.dead_reason is not None:
+            raise RequestError(f"the engine is down: {self.dead_reason}", status_code=503)
+
+    def _init_states(self, items: list[GenerateItem]) -> list[ReqState]:
+        dup = next((it.rid for it in items if it.rid in self.rid_to_state), None)
+        if dup is not None:
+            raise RequestError(f"request id {dup!r} is already in flight", field="rid")
+        shared = asyncio.Event()  # one event per call, so a batch wakes a single waiter
+        states = [ReqState(item=it, event=shared) for it in items]
+        for st in states:
+            self.rid_to_state[st.rid] = st
+        return states
+
+    async def _wait_unpaused(self) -> None:
+        assert self._pause_cond is not None
+        if self.is_pause:
+            async with self._pause_cond:
+                await self._pause_cond.wait_for(lambda: not self.is_pause)
+
+    def _tokenize(self, item: GenerateItem) -> TokenizedGenerateReqInput:
+        assert self.limits is not None
+        embeds = None
+        if item.input_embeds is not None:
+            ids = [0] * item.input_embeds.shape[0]
+            embeds = Tensor.from_numpy(item.input_embeds)
+            field = "input_embeds"
+        elif item.text is not None:
+            ids = self.tokenizer(item.text)["input_ids"]
+            field = "text"
+        else:
+            ids = list(item.input_ids or [])
+            check_token_ids(ids, self.limits, "input_ids")
+            field = "input_ids"
+        check_prompt_length(len(ids), self.limits, field)
+        if item.logprob_start_len >= len(ids):
+            raise RequestError(
+                f"must be smaller than the prompt length {len(ids)}", field="logprob_start_len"
+            )
+        return TokenizedGenerateReqInput(
+            rid=item.rid,
+            input_ids=ids,
+            sampling_params=item.sampling_params,
+            input_embeds=embeds,
+            return_logprob=item.return_logprob,
+            logprob_start_len=item.logprob_start_len,
+            top_logprobs_num=item.top_logprobs_num,
+            stream=item.stream,
+            received_time=time.time(),
+        )
+
+    def _send(self, msgs: list[TokenizedGenerateReqInput], states: list[ReqState]) -> None:
+        payload = msgs[0] if len(msgs) == 1 else BatchTokenizedGenerateReqInput(batch=msgs)
+        self.send_sock.send(encode(payload), copy=False)
+        for st in states:
+            st.dispatched = True
+
+    async def _wait_responses(
+        self, states: list[ReqState], request: Any, is_batch: bool
+    ) -> AsyncIterator[dict[str, Any] | list[dict[str, Any]]]:
+        event = states[0].event
+        stream = states[0].item.stream
+        finals: dict[int, dict[str, Any]] = {}
+        while len(finals) < len(states):
+            await self._wait_event(event, request)
+            event.clear()
+            for st in states:
+                if not st.out_list:
+                    continue
+                chunks, st.out_list = st.out_list, []
+                if len(chunks) >= BACKLOG_WARN_CHUNKS:
+                    logger.warning(
+                        "streaming backlog: %d chunks queued for rid %s; the consumer is slow and "
+                        "this shows up as P99 inter-token latency",
+                        len(chunks),
+                        st.rid,
+                    )
+                out = coalesce(chunks) if stream else chunks[-1]
+                if st.finished:
+                    finals[st.item.index] = out
+                if stream:
+                    yield out
+        if not stream:
+            yield [finals[i] for i in range(len(states))] if is_batch else finals[0]
+
+    async def _wait_event(self, event: asyncio.Event, request: Any) -> None:
+        while True:
+            if self.dead_reason is not None and not event.is_set():
+                raise RequestError(f"the engine is down: {self.dead_reason}", status_code=503)
+            if request is None:
+                try:
+                    await asyncio.wait_for(event.wait(), timeout=1.0)
+                    return
+                except TimeoutError:
+                    continue
+            try:
+                await asyncio.wait_for(event.wait(), timeout=DISCONNECT_POLL_S)
+                return
+            except TimeoutError:
+                if await request.is_disconnected():
+                    raise ClientDisconnected() from None
+
+    def _release_on_failure(self, states: list[ReqState]) -> None:
+        for st in states:
+            if self.rid_to_state.get(st.rid) is not st:
+                continue
+            if not st.dispatched:
+                del self.rid_to_state[st.rid]
+            elif not st.abort_sent:
+                st.abort_sent = True
+                self._send_abort(st.rid)
+
+    def _send_abort(self, rid: str = "", abort_all: bool = False) -> None:
+        try:
+            self.send_sock.send(encode(AbortReq(rid=rid, abort_all=abort_all)))
+        except zmq.ZMQError as e:
+            logger.warning("could not send abort for %r: %s", rid, e)
+
+    def abort_request(self, rid: str = "", abort_all: bool = False) -> bool:
+        if not abort_all and rid not in self.rid_to_state:
+            return False
+        self._send_abort(rid, abort_all)
+        return True
+
+    # ---- engine death ------------------------------------------------------------------------
+
+    def mark_dead(self, reason: str) -> None:
+        """Fail every pending request and control call: a child process is gone."""
+        self.dead_reason = reason
+        for st in list(self.rid_to_state.values()):
+            st.finished = True
+            st.event.set()
+        self.rid_to_state.clear()
+        self.control.fail_all(EngineDeadError(reason))
+
+
+class ClientDisconnected(Exception):
+    pass

@@ -1,0 +1,139 @@
+"""Reference attention over the paged KV pool in plain torch (SDPA), for CPU serving and tests.
+
+Decoding requests (one new token each) are batched: their K/V are gathered through
+`req_to_token` into a padded [batch, max_seq_len] block and attended with a padding mask.
+Requests that bring several tokens are attended one by one: the cached prefix gathered from the
+pool plus the new tokens, with the causal mask shifted by the prefix length. In an EXTEND batch
+the one-token requests still take the batched decode path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import accumulate
+
+import torch
+import torch.nn.functional as F
+
+from vla_server.model.attention.base import AttentionBackend
+from vla_server.model.forward_batch import ForwardBatch, ForwardMode
+
+
+@dataclass
+class _DecodeGroup:
+    token_index: torch.Tensor | None  # [b] rows of the token axis; None = the whole axis
+    kv_index: torch.Tensor  # [b, max_seq_len] KV slots, padding -> slot 0
+    mask: torch.Tensor  # [b, 1, 1, max_seq_len] True where a key is part of the sequence
+
+
+@dataclass
+class _ExtendRequest:
+    start: int  # first new token on the token axis
+    end: int
+    prefix_index: torch.Tensor | None  # [prefix_len] KV slots of the cached prefix
+    mask: torch.Tensor | None  # [extend_len, prefix_len + extend_len]; None = plain causal
+
+
+class TorchAttentionBackend(AttentionBackend):
+    def init_forward_metadata(self, batch: ForwardBatch) -> None:
+        if batch.mode is ForwardMode.DECODE:
+            self._decode = self._decode_group(batch, list(range(batch.batch_size)), whole=True)
+            self._extends: list[_ExtendRequest] = []
+            return
+        singles = [i for i, n in enumerate(batch.extend_lens_cpu) if n == 1]
+        self._decode = self._decode_group(batch, singles, whole=False) if singles else None
+        starts = [0, *accumulate(batch.extend_lens_cpu)]
+        self._extends = [
+            self._extend_request(batch, i, starts[i])
+            for i, n in enumerate(batch.extend_lens_cpu)
+            if n > 1
+        ]
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer_id: int,
+        scale: float,
+        batch: ForwardBatch,
+    ) -> torch.Tensor:
+        self.kv_pool.set_kv(layer_id, batch.out_cache_loc, k, v)
+        k_cache, v_cache = self.kv_pool.get_kv(layer_id)
+        group = self._decode
+        if group is not None and group.token_index is None:
+            return self._attend_decode(q, k_cache, v_cache, group, scale)
+        out = torch.empty_like(q)
+        if group is not None:
+            q_group = q[group.token_index]
+            out[group.token_index] = self._attend_decode(q_group, k_cache, v_cache, group, scale)
+        for req in self._extends:
+            out[req.start : req.end] = self._attend_extend(q, k, v, k_cache, v_cache, req, scale)
+        return out
+
+    @staticmethod
+    def _attend_decode(
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        group: _DecodeGroup,
+        scale: float,
+    ) -> torch.Tensor:
+        keys = k_cache[group.kv_index].transpose(1, 2)  # [b, kv_heads, seq, head_dim]
+        values = v_cache[group.kv_index].transpose(1, 2)
+        out = F.scaled_dot_product_attention(
+            q.unsqueeze(2), keys, values, attn_mask=group.mask, scale=scale, enable_gqa=True
+        )
+        return out.squeeze(2)
+
+    @staticmethod
+    def _attend_extend(
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        req: _ExtendRequest,
+        scale: float,
+    ) -> torch.Tensor:
+        keys, values = k[req.start : req.end], v[req.start : req.end]
+        if req.prefix_index is not None:
+            keys = torch.cat((k_cache[req.prefix_index], keys))
+            values = torch.cat((v_cache[req.prefix_index], values))
+        out = F.scaled_dot_product_attention(
+            q[req.start : req.end].transpose(0, 1).unsqueeze(0),
+            keys.transpose(0, 1).unsqueeze(0),
+            values.transpose(0, 1).unsqueeze(0),
+            attn_mask=req.mask,
+            is_causal=req.mask is None,
+            scale=scale,
+            enable_gqa=True,
+        )
+        return out[0].transpose(0, 1)
+
+    def _decode_group(self, batch: ForwardBatch, reqs: list[int], whole: bool) -> _DecodeGroup:
+        device = batch.out_cache_loc.device
+        max_len = max(batch.seq_lens_cpu[i] for i in reqs)
+        index = None if whole else torch.tensor(reqs, dtype=torch.int64, device=device)
+        rows = batch.req_pool_indices if index is None else batch.req_pool_indices[index]
+        seq_lens = batch.seq_lens if index is None else batch.seq_lens[index]
+        token_index = None if whole else batch.extend_start_loc[index]
+        kv_index = self.req_to_token_pool.req_to_token[rows, :max_len].to(torch.int64)
+        # The new token's slot comes from the batch, so the table row need not be written yet.
+        new_slots = batch.out_cache_loc if whole else batch.out_cache_loc[token_index]
+        kv_index[torch.arange(len(reqs), device=device), seq_lens - 1] = new_slots.to(torch.int64)
+        valid = torch.arange(max_len, device=device)[None, :] < seq_lens[:, None]
+        kv_index.masked_fill_(~valid, 0)
+        return _DecodeGroup(token_index, kv_index, valid[:, None, None, :])
+
+    def _extend_request(self, batch: ForwardBatch, i: int, start: int) -> _ExtendRequest:
+        end = start + batch.extend_lens_cpu[i]
+        prefix_len = batch.prefix_lens_cpu[i]
+        if prefix_len == 0:
+            return _ExtendRequest(start, end, None, None)
+        device = batch.out_cache_loc.device
+        row = batch.req_pool_indices[i]
+        prefix_index = self.req_to_token_pool.req_to_token[row, :prefix_len].to(torch.int64)
+        keys = torch.arange(prefix_len + end - start, device=device)
+        queries = torch.arange(prefix_len, prefix_len + end - start, device=device)
+        return _ExtendRequest(start, end, prefix_index, keys[None, :] <= queries[:, None])

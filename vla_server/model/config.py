@@ -1,0 +1,160 @@
+"""What the engine needs to know about a checkpoint's decoder, read from its Hugging Face folder.
+
+`transformers`' config classes parse `config.json` so that fields a checkpoint leaves out get
+the same defaults the reference implementation uses, and old `rope_scaling` dicts are
+standardised into `rope_parameters`. Everything downstream reads only `ModelConfig`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+
+SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
+_DECODER_TYPES = ("llama", "qwen2")
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    architecture: str  # e.g. "LlamaForCausalLM", "LlavaForConditionalGeneration"
+    decoder_type: str  # "llama" or "qwen2"
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    # Standardised RoPE parameters ("rope_type" plus its own keys), None for plain RoPE.
+    rope_scaling: dict[str, Any] | None
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    qkv_bias: bool
+    o_bias: bool
+    eos_token_ids: tuple[int, ...]
+    dtype: torch.dtype
+    is_multimodal: bool = False
+    image_token_id: int | None = None
+    # The vision tower's config.json section, for the vision loader (None for text-only models).
+    vision_config: dict[str, Any] | None = None
+    # The whole top-level config.json, for readers of keys this class does not model.
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def context_len(self) -> int:
+        return self.max_position_embeddings
+
+    def differences(self, other: ModelConfig) -> list[str]:
+        """Fields, other than token ids and dtype, in which `other` describes a different model."""
+        return [
+            f"{f.name}: {getattr(self, f.name)!r} != {getattr(other, f.name)!r}"
+            for f in fields(self)
+            if f.name not in _NOT_ARCHITECTURE and getattr(self, f.name) != getattr(other, f.name)
+        ]
+
+
+_NOT_ARCHITECTURE = ("eos_token_ids", "dtype", "raw", "vision_config", "image_token_id")
+
+
+def load_model_config(model_path: str | Path) -> ModelConfig:
+    from transformers import AutoConfig
+
+    path = Path(model_path)
+    raw = json.loads((path / "config.json").read_text())
+    hf = AutoConfig.from_pretrained(str(path))
+    architecture = (raw.get("architectures") or [type(hf).__name__])[0]
+    text = getattr(hf, "text_config", None) or hf
+    decoder_type = text.model_type
+    if decoder_type not in _DECODER_TYPES:
+        raise NotImplementedError(
+            f"{architecture}: decoder model_type {decoder_type!r} is not supported "
+            f"(supported: {', '.join(_DECODER_TYPES)})"
+        )
+    _check_supported(text)
+    is_multimodal = text is not hf
+    rope = _rope_parameters(text)
+    return ModelConfig(
+        architecture=architecture,
+        decoder_type=decoder_type,
+        vocab_size=text.vocab_size,
+        hidden_size=text.hidden_size,
+        intermediate_size=text.intermediate_size,
+        num_layers=text.num_hidden_layers,
+        num_heads=text.num_attention_heads,
+        num_kv_heads=text.num_key_value_heads or text.num_attention_heads,
+        head_dim=getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads,
+        rms_norm_eps=text.rms_norm_eps,
+        rope_theta=float(rope["rope_theta"]),
+        rope_scaling=None if rope["rope_type"] == "default" else rope,
+        max_position_embeddings=text.max_position_embeddings,
+        tie_word_embeddings=bool(hf.tie_word_embeddings),
+        qkv_bias=decoder_type == "qwen2" or bool(getattr(text, "attention_bias", False)),
+        o_bias=decoder_type == "llama" and bool(getattr(text, "attention_bias", False)),
+        eos_token_ids=_eos_token_ids(path, raw),
+        dtype=_config_dtype(raw),
+        is_multimodal=is_multimodal,
+        image_token_id=getattr(hf, "image_token_id", None) if is_multimodal else None,
+        vision_config=raw.get("vision_config") if is_multimodal else None,
+        raw=raw,
+    )
+
+
+def _check_supported(text: Any) -> None:
+    if getattr(text, "hidden_act", "silu") != "silu":
+        raise NotImplementedError(f"hidden_act {text.hidden_act!r} is not supported (only silu)")
+    if getattr(text, "mlp_bias", False):
+        raise NotImplementedError("mlp_bias=True is not supported")
+    layer_types = getattr(text, "layer_types", None) or []
+    if any(t != "full_attention" for t in layer_types):
+        raise NotImplementedError("sliding-window attention layers are not supported")
+
+
+def _rope_parameters(text: Any) -> dict[str, Any]:
+    text.standardize_rope_params()
+    rope = dict(text.rope_parameters or {})
+    rope.setdefault("rope_theta", getattr(text, "rope_theta", None) or text.default_theta)
+    rope_type = rope.setdefault("rope_type", rope.pop("type", "default"))
+    rope.pop("type", None)
+    if rope_type not in SUPPORTED_ROPE_TYPES:
+        supported = ", ".join(SUPPORTED_ROPE_TYPES)
+        raise NotImplementedError(f"rope_type {rope_type!r} is not supported ({supported})")
+    if rope.get("partial_rotary_factor", 1.0) != 1.0:
+        raise NotImplementedError("partial_rotary_factor != 1 is not supported")
+    return rope
+
+
+def _eos_token_ids(path: Path, raw: dict[str, Any]) -> tuple[int, ...]:
+    sources = [raw, raw.get("text_config") or {}]
+    gen_path = path / "generation_config.json"
+    if gen_path.exists():
+        sources.append(json.loads(gen_path.read_text()))
+    ids: list[int] = []
+    for source in sources:
+        value = source.get("eos_token_id")
+        for token_id in value if isinstance(value, list) else [value]:
+            if isinstance(token_id, int) and token_id not in ids:
+                ids.append(token_id)
+    return tuple(ids)
+
+
+def _config_dtype(raw: dict[str, Any]) -> torch.dtype:
+    name = raw.get("dtype") or raw.get("torch_dtype")
+    if name is None:
+        name = (raw.get("text_config") or {}).get("dtype") or "float32"
+    return _DTYPES.get(str(name).removeprefix("torch."), torch.float32)
+
+
+def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    name = dtype.removeprefix("torch.")
+    if name not in _DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not supported (use one of {', '.join(_DTYPES)})")
+    return _DTYPES[name]

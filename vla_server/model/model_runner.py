@@ -1,0 +1,239 @@
+"""Owns the decoder, its KV memory and its attention backend; runs one batch at a time.
+
+The scheduler allocates request rows (`req_to_token_pool.alloc()`) and KV slots
+(`kv_pool.allocator.alloc(n)`), turns its batch into a `ForwardBatch` with
+`build_forward_batch`, then calls `forward` and `sample`. Token bookkeeping (which slots belong
+to which request, prefix sharing) stays with the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import accumulate, chain
+from pathlib import Path
+
+import psutil
+import torch
+
+from vla_server.mem_cache.kv_pool import ReqToTokenPool, TokenToKVPool
+from vla_server.model.attention.registry import create_attention_backend
+from vla_server.model.config import ModelConfig, load_model_config, parse_dtype
+from vla_server.model.forward_batch import ForwardBatch, ForwardMode
+from vla_server.model.llama import LlamaForCausalLM
+from vla_server.model.sampling import Logprobs, SamplingBatchInfo, compute_logprobs, sample
+from vla_server.model.weight_loader import WeightLoadError, load_decoder_weights
+
+logger = logging.getLogger(__name__)
+
+# Spare request rows beyond max_running_requests, for requests being admitted or retracted.
+REQ_POOL_SPARE_ROWS = 4
+# Share of the memory that is free after the weights are loaded which goes to the KV pool.
+DEFAULT_MEM_FRACTION = {"cpu": 0.25, "cuda": 0.85}
+
+
+@dataclass
+class LogitsOutput:
+    next_token_logits: torch.Tensor  # [B, V] float32, after each request's last new token
+    # Per request: [span_len, V] float32 logits after each token of the requested span of its
+    # new tokens (row j predicts the token after new token start + j); None if not requested.
+    prompt_logits: list[torch.Tensor | None]
+
+
+@dataclass
+class SampleOutput:
+    next_token_ids: torch.Tensor  # [B] int64
+    logprobs: Logprobs | None  # of the raw logits; only when top_logprobs_nums was given
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        device: str | torch.device = "cpu",
+        dtype: str | torch.dtype | None = None,
+        max_total_tokens: int | None = None,
+        mem_fraction: float | None = None,
+        max_running_requests: int = 64,
+        context_len: int | None = None,
+        attention_backend: str = "torch",
+        progress: bool = True,
+    ):
+        self.model_path = Path(model_path)
+        self.device = torch.device(device)
+        self.config: ModelConfig = load_model_config(self.model_path)
+        self.dtype = self._resolve_dtype(dtype)
+        self.context_len = context_len or self.config.context_len
+        self.max_running_requests = max_running_requests
+        self.progress = progress
+        self.model = LlamaForCausalLM(
+            self.config, dtype=self.dtype, device=str(self.device), max_positions=self.context_len
+        )
+        load_decoder_weights(self.model, self.model_path, progress=progress)
+        self.req_to_token_pool = ReqToTokenPool(
+            max_running_requests + REQ_POOL_SPARE_ROWS, self.context_len, self.device
+        )
+        self.max_total_tokens = self._kv_pool_size(max_total_tokens, mem_fraction)
+        c = self.config
+        self.kv_pool = TokenToKVPool(
+            self.max_total_tokens, c.num_layers, c.num_kv_heads, c.head_dim, self.dtype, self.device
+        )
+        self.attn_backend = create_attention_backend(
+            attention_backend, self.req_to_token_pool, self.kv_pool, self.device
+        )
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    def _resolve_dtype(self, dtype: str | torch.dtype | None) -> torch.dtype:
+        if dtype is not None:
+            return parse_dtype(dtype)
+        return torch.float32 if self.device.type == "cpu" else self.config.dtype
+
+    def _kv_pool_size(self, max_total_tokens: int | None, mem_fraction: float | None) -> int:
+        if max_total_tokens is not None:
+            if max_total_tokens < 1:
+                raise ValueError(f"max_total_tokens must be >= 1, got {max_total_tokens}")
+            return max_total_tokens
+        fraction = (
+            mem_fraction
+            if mem_fraction is not None
+            else DEFAULT_MEM_FRACTION.get(self.device.type, 0.5)
+        )
+        c = self.config
+        per_token = TokenToKVPool.bytes_per_token(
+            c.num_layers, c.num_kv_heads, c.head_dim, self.dtype
+        )
+        size = int(_free_memory_bytes(self.device) * fraction) // per_token
+        # More slots than every running request at full context could ever use is wasted memory.
+        size = min(size, self.context_len * self.max_running_requests)
+        if size < 1:
+            raise ValueError("not enough free memory for a KV pool; pass max_total_tokens")
+        if size < self.context_len:
+            logger.warning(
+                "KV pool holds %d tokens, less than one full context (%d)", size, self.context_len
+            )
+        return size
+
+    def build_forward_batch(
+        self,
+        req_pool_indices: Sequence[int],
+        prefix_lens: Sequence[int],
+        input_ids: Sequence[Sequence[int]],
+        out_cache_loc: torch.Tensor | Sequence[int],
+        *,
+        input_embeds: torch.Tensor | None = None,
+        input_embeds_mask: torch.Tensor | Sequence[bool] | None = None,
+    ) -> ForwardBatch:
+        """A batch on the device from plain lists: request i has `prefix_lens[i]` tokens cached in
+        row `req_pool_indices[i]` and brings the tokens `input_ids[i]`, whose K/V go to the next
+        slots of `out_cache_loc`. Also writes those slots into the rows of `req_to_token`."""
+        extend_lens = [len(ids) for ids in input_ids]
+        seq_lens = [p + n for p, n in zip(prefix_lens, extend_lens, strict=True)]
+        if not extend_lens or min(extend_lens) < 1:
+            raise ValueError("a batch needs requests, each with at least one new token")
+        if max(seq_lens) > self.context_len:
+            raise ValueError(
+                f"sequence of {max(seq_lens)} tokens exceeds context_len {self.context_len}"
+            )
+        starts = [0, *accumulate(extend_lens)][:-1]
+        dev = self.device
+        lens = torch.tensor(extend_lens, dtype=torch.int64, device=dev)
+        rows = torch.tensor(req_pool_indices, dtype=torch.int64, device=dev)
+        prefix = torch.tensor(prefix_lens, dtype=torch.int64, device=dev)
+        start_loc = torch.tensor(starts, dtype=torch.int64, device=dev)
+        num_tokens = sum(extend_lens)
+        first_positions = torch.repeat_interleave(start_loc - prefix, lens)
+        positions = torch.arange(num_tokens, device=dev) - first_positions
+        out_loc = torch.as_tensor(out_cache_loc, dtype=torch.int64, device=dev)
+        if out_loc.numel() != num_tokens:
+            raise ValueError(f"out_cache_loc has {out_loc.numel()} slots for {num_tokens} tokens")
+        table = self.req_to_token_pool.req_to_token
+        table[torch.repeat_interleave(rows, lens), positions] = out_loc.to(table.dtype)
+        mask = None
+        if input_embeds_mask is not None:
+            mask = torch.as_tensor(input_embeds_mask, dtype=torch.bool, device=dev)
+        return ForwardBatch(
+            mode=ForwardMode.DECODE if max(extend_lens) == 1 else ForwardMode.EXTEND,
+            batch_size=len(extend_lens),
+            input_ids=torch.tensor(
+                list(chain.from_iterable(input_ids)), dtype=torch.int64, device=dev
+            ),
+            positions=positions,
+            req_pool_indices=rows,
+            seq_lens=torch.tensor(seq_lens, dtype=torch.int64, device=dev),
+            prefix_lens=prefix,
+            extend_lens=lens,
+            extend_start_loc=start_loc,
+            out_cache_loc=out_loc,
+            seq_lens_cpu=seq_lens,
+            prefix_lens_cpu=list(prefix_lens),
+            extend_lens_cpu=extend_lens,
+            input_embeds=None if input_embeds is None else input_embeds.to(dev),
+            input_embeds_mask=mask,
+        )
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        batch: ForwardBatch,
+        prompt_logprob_spans: Sequence[tuple[int, int] | None] | None = None,
+    ) -> LogitsOutput:
+        """Logits after each request's last new token, and for requests with a span
+        `(start, end)` (offsets into that request's new tokens) the logits after each of them."""
+        self.attn_backend.init_forward_metadata(batch)
+        hidden = self.model(batch, self.attn_backend)
+        spans = list(prompt_logprob_spans or [None] * batch.batch_size)
+        rows = [batch.last_token_index]
+        starts = [0, *accumulate(batch.extend_lens_cpu)]
+        for i, span in enumerate(spans):
+            if span is not None:
+                if not 0 <= span[0] <= span[1] <= batch.extend_lens_cpu[i]:
+                    raise ValueError(f"prompt logprob span {span} outside request {i}'s new tokens")
+                first, last = starts[i] + span[0], starts[i] + span[1]
+                rows.append(torch.arange(first, last, device=self.device))
+        logits = self.model.compute_logits(hidden[torch.cat(rows)])
+        next_logits, rest = logits[: batch.batch_size], logits[batch.batch_size :]
+        prompt_logits: list[torch.Tensor | None] = []
+        for span in spans:
+            n = 0 if span is None else span[1] - span[0]
+            prompt_logits.append(None if span is None else rest[:n])
+            rest = rest[n:]
+        return LogitsOutput(next_logits, prompt_logits)
+
+    @torch.inference_mode()
+    def sample(
+        self,
+        logits: torch.Tensor,
+        info: SamplingBatchInfo,
+        *,
+        top_logprobs_nums: Sequence[int] | None = None,
+    ) -> SampleOutput:
+        """Next tokens, and logprobs when `top_logprobs_nums` is given (0 = chosen token only)."""
+        next_ids = sample(logits, info)
+        logprobs = None
+        if top_logprobs_nums is not None:
+            logprobs = compute_logprobs(logits, next_ids, top_logprobs_nums)
+        return SampleOutput(next_ids, logprobs)
+
+    def update_weights_from_disk(self, model_path: str | Path) -> None:
+        """Swap in a checkpoint of the same architecture; on any error the old weights stay."""
+        new_config = load_model_config(model_path)
+        differences = self.config.differences(new_config)
+        if differences:
+            raise WeightLoadError(
+                f"{model_path} has a different architecture: " + "; ".join(differences)
+            )
+        load_decoder_weights(self.model, model_path, progress=self.progress)
+        self.model_path = Path(model_path)
+        self.config = new_config
+
+
+def _free_memory_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    return int(psutil.virtual_memory().available)

@@ -1,0 +1,168 @@
+"""Loads decoder weights from a local folder of `*.safetensors` into a model's fused parameters.
+
+Checkpoint names are first brought to the plain Llama layout (`model.layers.N...`,
+`model.embed_tokens`, `model.norm`, `lm_head`), whatever the source:
+
+* Llama / Qwen2:                 `model.X`, `lm_head.X`
+* LLaVA, transformers 5 layout:  `model.language_model.X`, `lm_head.X`
+* LLaVA, older layout:           `language_model.model.X`, `language_model.lm_head.X`
+
+Tensors under `NON_DECODER_PREFIXES` (vision tower, projector) are skipped here; the vision
+loader reads them with `load_tensors_with_prefix`. Everything is validated from the safetensors
+headers (names and shapes) before a single weight is copied, so a bad checkpoint leaves the
+model's current weights untouched. Tensors are then streamed one at a time into the parameters.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from torch import nn
+from tqdm import tqdm
+
+NON_DECODER_PREFIXES = (
+    "model.vision_tower.",
+    "model.multi_modal_projector.",
+    "vision_tower.",
+    "multi_modal_projector.",
+)
+_LAYOUT_PREFIXES = (
+    ("model.language_model.", "model."),
+    ("language_model.model.", "model."),
+    ("language_model.lm_head.", "lm_head."),
+    ("model.", "model."),
+    ("lm_head.", "lm_head."),
+)
+# Buffers some older checkpoints saved; they are recomputed, never loaded.
+_IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)
+_MAX_LISTED = 8
+
+# checkpoint tensor name -> [(parameter name, first row, shape)]
+LoadPlan = dict[str, list[tuple[str, int, tuple[int, ...]]]]
+
+
+class WeightLoadError(ValueError):
+    """The checkpoint does not fit the model: missing, unexpected or misshapen tensors."""
+
+
+def tensor_files(model_path: str | Path) -> dict[str, Path]:
+    """Tensor name -> the safetensors file holding it (sharded index, single file, or all files)."""
+    path = Path(model_path)
+    index = path / "model.safetensors.index.json"
+    if index.exists():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        return {name: path / file for name, file in weight_map.items()}
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors files in {path}")
+    names: dict[str, Path] = {}
+    for file in files:
+        with safe_open(str(file), framework="pt") as f:
+            names.update(dict.fromkeys(f.keys(), file))
+    return names
+
+
+def decoder_name(name: str) -> str | None:
+    """The plain-Llama name of a decoder tensor; None for tensors that belong to something else."""
+    if name.startswith(NON_DECODER_PREFIXES) or name.endswith(_IGNORED_SUFFIXES):
+        return None
+    for prefix, canonical in _LAYOUT_PREFIXES:
+        if name.startswith(prefix):
+            return canonical + name[len(prefix) :]
+    raise WeightLoadError(f"unexpected tensor {name!r}: not part of a Llama-family checkpoint")
+
+
+def load_decoder_weights(
+    model: nn.Module, model_path: str | Path, *, progress: bool = True
+) -> None:
+    """Validate the checkpoint against `model.weight_sources()`, then copy it in."""
+    files = tensor_files(model_path)
+    plan = _load_plan(model.weight_sources(), _decoder_shapes(files))
+    params = dict(model.named_parameters())
+    by_file: dict[Path, list[str]] = defaultdict(list)
+    for name in plan:
+        by_file[files[name]].append(name)
+    bar = tqdm(total=len(plan), desc="Loading weights", unit="tensor", disable=not progress)
+    with bar, torch.no_grad():
+        for file, names in by_file.items():
+            bar.set_postfix_str(file.name)
+            with safe_open(str(file), framework="pt") as f:
+                for name in names:
+                    tensor = f.get_tensor(name)
+                    for param, row, shape in plan[name]:
+                        params[param].data[row : row + shape[0]].copy_(tensor)
+                    bar.update()
+
+
+def load_tensors_with_prefix(
+    model_path: str | Path, prefixes: Iterable[str], *, device: str | torch.device = "cpu"
+) -> dict[str, torch.Tensor]:
+    """Every tensor whose name starts with one of `prefixes`, under its checkpoint name."""
+    prefixes = tuple(prefixes)
+    by_file: dict[Path, list[str]] = defaultdict(list)
+    for name, file in tensor_files(model_path).items():
+        if name.startswith(prefixes):
+            by_file[file].append(name)
+    out: dict[str, torch.Tensor] = {}
+    for file, names in by_file.items():
+        with safe_open(str(file), framework="pt", device=str(device)) as f:
+            out.update({name: f.get_tensor(name) for name in names})
+    return out
+
+
+def _decoder_shapes(files: dict[str, Path]) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Plain-Llama name -> (checkpoint name, shape), read from the file headers only."""
+    by_file: dict[Path, list[str]] = defaultdict(list)
+    for name, file in files.items():
+        by_file[file].append(name)
+    shapes: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for file, names in by_file.items():
+        with safe_open(str(file), framework="pt") as f:
+            for name in names:
+                canonical = decoder_name(name)
+                if canonical is not None:
+                    shapes[canonical] = (name, tuple(f.get_slice(name).get_shape()))
+    return shapes
+
+
+def _load_plan(
+    sources: dict[str, list[tuple[str, tuple[int, ...]]]],
+    found: dict[str, tuple[str, tuple[int, ...]]],
+) -> LoadPlan:
+    if "lm_head.weight" not in found and "model.embed_tokens.weight" in found:
+        found = {**found, "lm_head.weight": found["model.embed_tokens.weight"]}  # tied
+    needed: dict[str, list[tuple[str, int, tuple[int, ...]]]] = defaultdict(list)
+    for param, parts in sources.items():
+        row = 0
+        for canonical, shape in parts:
+            needed[canonical].append((param, row, shape))
+            row += shape[0]
+    missing = [c for c in needed if c not in found]
+    # A tied model ignores a saved lm_head, as the reference implementation does.
+    unexpected = [found[c][0] for c in found if c not in needed and c != "lm_head.weight"]
+    misshapen = [
+        f"{found[c][0]}: checkpoint {list(found[c][1])}, model {list(targets[0][2])}"
+        for c, targets in needed.items()
+        if c in found and found[c][1] != targets[0][2]
+    ]
+    _raise_if_any(missing=missing, unexpected=unexpected, misshapen=misshapen)
+    plan: LoadPlan = defaultdict(list)
+    for canonical, targets in needed.items():
+        plan[found[canonical][0]].extend(targets)
+    return dict(plan)
+
+
+def _raise_if_any(**problems: list[str]) -> None:
+    lines = []
+    for kind, names in problems.items():
+        if names:
+            shown = ", ".join(names[:_MAX_LISTED])
+            more = f" (+{len(names) - _MAX_LISTED} more)" if len(names) > _MAX_LISTED else ""
+            lines.append(f"{len(names)} {kind} tensor(s): {shown}{more}")
+    if lines:
+        raise WeightLoadError("checkpoint does not match the model: " + "; ".join(lines))

@@ -1,0 +1,76 @@
+"""All main-process work for a request's images: parse, hash, preprocess (run it in a thread pool).
+
+The scheduler only ever receives the results: float32 ``pixel_values`` and one 128-bit hash per
+image. A caller's ``mm_hashes`` entry is used as given (no server hash is computed for it); a list
+whose length differs from the number of images, or a malformed entry, is an error, never a
+silent recompute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vla_server.multimodal.image_errors import ImageInputError
+from vla_server.multimodal.image_hash import image_hash, parse_mm_hash
+from vla_server.multimodal.image_input import ImageItem, MediaPolicy, load_image
+from vla_server.multimodal.preprocess import preprocess_image
+from vla_server.multimodal.preprocess_config import PreprocessConfig
+
+
+@dataclass(frozen=True)
+class ProcessedImage:
+    pixel_values: np.ndarray  # float32 [3, H, W]
+    hash128: int
+    source_hw: tuple[int, int]  # decoded size before preprocessing
+    caller_hash: bool  # True: hash128 came from the request's mm_hashes
+
+
+@dataclass(frozen=True)
+class ImagePipeline:
+    policy: MediaPolicy
+    preprocess: PreprocessConfig
+    preprocess_digest: bytes = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "preprocess_digest", self.preprocess.digest())
+
+    def process(
+        self, items: Sequence[ImageItem], mm_hashes: Sequence[str] | str | None = None
+    ) -> list[ProcessedImage]:
+        caller_hashes = _caller_hashes(mm_hashes, len(items))
+        return [self._process_one(i, item, caller_hashes[i]) for i, item in enumerate(items)]
+
+    def _process_one(self, index: int, item: ImageItem, caller_hash: int | None) -> ProcessedImage:
+        pixels = load_image(item, index, self.policy)
+        hash128 = caller_hash if caller_hash is not None else self.hash_pixels(pixels)
+        return ProcessedImage(
+            pixel_values=preprocess_image(pixels, self.preprocess),
+            hash128=hash128,
+            source_hw=(pixels.shape[0], pixels.shape[1]),
+            caller_hash=caller_hash is not None,
+        )
+
+    def hash_pixels(self, pixels: np.ndarray) -> int:
+        return image_hash(pixels, self.preprocess_digest)
+
+
+def _caller_hashes(mm_hashes: Sequence[str] | str | None, n_images: int) -> list[int | None]:
+    if mm_hashes is None:
+        return [None] * n_images
+    if isinstance(mm_hashes, str):
+        mm_hashes = [mm_hashes]
+    if len(mm_hashes) != n_images:
+        raise ImageInputError(
+            f"has {len(mm_hashes)} entries for {n_images} images (one hash per image)",
+            field="mm_hashes",
+        )
+    parsed: list[int | None] = []
+    for index, text in enumerate(mm_hashes):
+        try:
+            parsed.append(parse_mm_hash(text))
+        except ValueError as exc:
+            raise ImageInputError(str(exc), index, "mm_hashes") from None
+    return parsed

@@ -1,0 +1,72 @@
+"""RGB uint8 pixels -> float32 ``pixel_values [3, H, W]``, as transformers' PIL image processors.
+
+The steps and their arithmetic follow ``transformers.image_processing_backends.PilBackend`` so the
+result matches ``SiglipImageProcessorPil`` / ``CLIPImageProcessorPil`` to float32 rounding: a PIL
+resize of the uint8 image (filter from the config), a center crop of the uint8 result (zero
+padding where the image is smaller), rescale in float64 then cast to float32, and normalisation
+``(x - mean) / std`` in float32.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from PIL import Image
+
+from vla_server.multimodal.preprocess_config import PreprocessConfig
+
+
+def preprocess_image(pixels: np.ndarray, cfg: PreprocessConfig) -> np.ndarray:
+    """``pixels``: uint8 ``[H, W, 3]`` RGB; returns C-contiguous float32 ``[3, H', W']``."""
+    image = _resize(pixels, cfg) if cfg.do_resize else pixels
+    chw = np.moveaxis(image, -1, 0)
+    if cfg.crop_hw is not None:
+        chw = _center_crop(chw, cfg.crop_hw)
+    if cfg.rescale_factor is not None:
+        values = (chw.astype(np.float64) * cfg.rescale_factor).astype(np.float32)
+    else:
+        values = chw.astype(np.float32)
+    if cfg.image_mean is not None and cfg.image_std is not None:
+        mean = np.asarray(cfg.image_mean, dtype=np.float32)[:, None, None]
+        std = np.asarray(cfg.image_std, dtype=np.float32)[:, None, None]
+        values = (values - mean) / std
+    return np.ascontiguousarray(values)
+
+
+def resized_hw(height: int, width: int, cfg: PreprocessConfig) -> tuple[int, int]:
+    """Output (height, width) of the resize step for an input of ``height`` x ``width``."""
+    if cfg.resize_hw is not None:
+        return cfg.resize_hw
+    assert cfg.shortest_edge is not None
+    # Same arithmetic as transformers' get_resize_output_image_size(default_to_square=False).
+    short, long = (width, height) if width <= height else (height, width)
+    new_short, new_long = cfg.shortest_edge, int(cfg.shortest_edge * long / short)
+    return (new_long, new_short) if width <= height else (new_short, new_long)
+
+
+def _resize(pixels: np.ndarray, cfg: PreprocessConfig) -> np.ndarray:
+    height, width = resized_hw(pixels.shape[0], pixels.shape[1], cfg)
+    if (height, width) == pixels.shape[:2]:
+        return pixels  # PIL would return an identical copy
+    resized = Image.fromarray(pixels).resize((width, height), resample=cfg.resample)
+    return np.asarray(resized)
+
+
+def _center_crop(chw: np.ndarray, crop_hw: tuple[int, int]) -> np.ndarray:
+    crop_h, crop_w = crop_hw
+    height, width = chw.shape[1:]
+    if crop_h > height or crop_w > width:
+        chw, height, width = _pad_to(chw, max(crop_h, height), max(crop_w, width))
+    top = (height - crop_h) // 2
+    left = (width - crop_w) // 2
+    return chw[:, top : top + crop_h, left : left + crop_w]
+
+
+def _pad_to(chw: np.ndarray, height: int, width: int) -> tuple[np.ndarray, int, int]:
+    # Zero padding placed as transformers' center_crop does (ceil of half the missing rows).
+    padded = np.zeros((chw.shape[0], height, width), dtype=chw.dtype)
+    top = math.ceil((height - chw.shape[1]) / 2)
+    left = math.ceil((width - chw.shape[2]) / 2)
+    padded[:, top : top + chw.shape[1], left : left + chw.shape[2]] = chw
+    return padded, height, width

@@ -1,0 +1,98 @@
+"""ServerArgs (the CLI / Engine configuration) and PortArgs (the socket addresses of one node)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _opt(default: Any, help: str, **kw: Any) -> Any:
+    return field(default=default, metadata={"help": help, **kw})
+
+
+@dataclass
+class ServerArgs:
+    model_path: str | None = _opt(None, "HF-format checkpoint folder (default: the demo VLA)")
+    tokenizer_path: str | None = _opt(None, "tokenizer folder (default: model_path)")
+    host: str = _opt("127.0.0.1", "HTTP bind address")
+    port: int = _opt(30000, "HTTP port")
+    api_key: str | None = _opt(None, "require 'Authorization: Bearer KEY' (all but /health)")
+    device: str = _opt("auto", "cpu, cuda, or auto")
+    dtype: str = _opt("auto", "auto, float32, float16 or bfloat16")
+    attention_backend: str = _opt(
+        "auto", "auto, torch or triton", choices=["auto", "torch", "triton"]
+    )
+    max_total_tokens: int | None = _opt(None, "KV pool size in tokens")
+    mem_fraction_static: float | None = _opt(None, "size the KV pool from this memory fraction")
+    max_running_requests: int = _opt(32, "max requests decoding together")
+    context_length: int | None = _opt(None, "override the model's context length")
+    stream_interval: int = _opt(1, "send a streaming chunk every N tokens")
+    torch_num_threads: int | None = _opt(None, "torch CPU threads in the scheduler")
+    log_level: str = _opt("info", "logging level")
+    random_seed: int = _opt(0, "seed of the scheduler's sampler")
+    watchdog_interval: float = _opt(0.2, "seconds between child liveness checks")
+    graceful_shutdown_timeout: float = _opt(5.0, "seconds SIGTERM waits for in-flight requests")
+
+    def resolved_tokenizer_path(self) -> str:
+        assert self.model_path is not None
+        return self.tokenizer_path or self.model_path
+
+    @classmethod
+    def add_cli_args(cls, parser: argparse.ArgumentParser) -> None:
+        for f in dataclasses.fields(cls):
+            flag = "--" + f.name.replace("_", "-")
+            kw: dict[str, Any] = {"default": f.default, "help": f.metadata.get("help", "")}
+            if "choices" in f.metadata:
+                kw["choices"] = f.metadata["choices"]
+            ftype = f.type if isinstance(f.type, str) else f.type.__name__
+            if ftype.startswith("bool"):
+                kw["action"] = argparse.BooleanOptionalAction
+            elif ftype.startswith("int"):
+                kw["type"] = int
+            elif ftype.startswith("float"):
+                kw["type"] = float
+            elif ftype.startswith("list"):
+                kw["nargs"] = "*"
+            parser.add_argument(flag, dest=f.name, **kw)
+
+    @classmethod
+    def from_cli_args(cls, ns: argparse.Namespace) -> ServerArgs:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in vars(ns).items() if k in names})
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        if d.get("api_key"):
+            d["api_key"] = "***"
+        return d
+
+
+@dataclass
+class PortArgs:
+    """ipc:// endpoints in a private directory (mode 0700) that only this user can reach."""
+
+    ipc_dir: str
+    tokenizer_ipc_name: str  # TokenizerManager PULL (bind) <- detokenizer
+    scheduler_input_ipc_name: str  # TokenizerManager PUSH (bind) -> scheduler PULL
+    detokenizer_ipc_name: str  # detokenizer PULL (bind) <- scheduler
+    rpc_ipc_name: str  # TokenizerManager DEALER (bind) <-> scheduler DEALER
+
+    @classmethod
+    def init_new(cls) -> PortArgs:
+        d = tempfile.mkdtemp(prefix="vla-server-")
+        os.chmod(d, 0o700)
+        return cls(
+            ipc_dir=d,
+            tokenizer_ipc_name=f"ipc://{d}/tokenizer",
+            scheduler_input_ipc_name=f"ipc://{d}/scheduler_input",
+            detokenizer_ipc_name=f"ipc://{d}/detokenizer",
+            rpc_ipc_name=f"ipc://{d}/rpc",
+        )
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.ipc_dir, ignore_errors=True)
