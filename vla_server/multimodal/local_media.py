@@ -26,12 +26,15 @@ def read_local_image(path_text: str, allowed_dir: str, max_bytes: int) -> bytes:
         fd = os.open(target, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError as exc:
         raise ImageInputError(f"cannot open local image ({exc.strerror})") from None
-    with os.fdopen(fd, "rb") as file:
-        info = os.fstat(file.fileno())
+    try:
+        info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise ImageInputError("local image path is not a regular file")
         if info.st_size > max_bytes:
             raise ImageInputError(
                 f"image is {info.st_size} bytes, over the limit of {max_bytes} (--max-image-bytes)"
             )
-        return file.read(max_bytes + 1)
+        with os.fdopen(os.dup(fd), "rb") as file:
+            return file.read(max_bytes + 1)
+    finally:
+        os.close(fd)
