@@ -42,12 +42,16 @@ class Node:
     procs: list[BaseProcess]
     scheduler_info: dict[str, Any]
     watchdog: SubprocessWatchdog | None = None
+    stopped: bool = False
 
     def start_watchdog(self, on_death: Callable[[BaseProcess], None]) -> None:
         self.watchdog = SubprocessWatchdog(self.procs, on_death, self.server_args.watchdog_interval)
         self.watchdog.start()
 
     def shutdown(self) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
         if self.watchdog is not None:
             self.watchdog.stop()
         stop_processes(self.procs)

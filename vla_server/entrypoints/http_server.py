@@ -7,6 +7,7 @@ import hmac
 import logging
 import os
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
@@ -74,7 +75,16 @@ def _sse(data: Any) -> bytes:
 def create_app(node: Node) -> FastAPI:
     tm: TokenizerManager = node.tokenizer_manager
     args = node.server_args
-    app = FastAPI(title="vla-server")
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        tm.ensure_loops()
+        yield
+        # Runs after uvicorn has drained in-flight requests. uvicorn re-raises the captured
+        # SIGTERM/SIGINT once it returns, so the node must be stopped here, not after run().
+        node.shutdown()
+        logger.info("node stopped")
+
+    app = FastAPI(title="vla-server", lifespan=lifespan)
     app.state.node = node
 
     @app.exception_handler(RequestError)
@@ -242,5 +252,4 @@ def run_server(server_args: ServerArgs) -> None:
     try:
         uvicorn.Server(config).run()
     finally:
-        node.shutdown()
-        logger.info("node stopped")
+        node.shutdown()  # idempotent; covers a failure before the lifespan ran

@@ -160,7 +160,7 @@ class RadixCache:
             n = _common_len(child.key, key, pos)
             if n < len(child.key):
                 child = self._split(child, n)
-            child.last_access = now
+            pass
             values.append(child.value)
             node, pos = child, pos + n
         return node, values
@@ -235,7 +235,7 @@ class RadixCache:
             before = node.pin_ref
             node.pin_ref += delta
             if (before == 0) != (node.pin_ref == 0):
-                self._pinned += delta
+                self._pinned += delta * len(node.key)
             node = node.parent
 
     def pins(self) -> list[PinHandle]:
