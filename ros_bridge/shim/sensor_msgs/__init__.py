@@ -1,0 +1,1 @@
+"""Stand-in for the ROS 2 package sensor_msgs (messages in `.msg`)."""
