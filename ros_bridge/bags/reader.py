@@ -62,7 +62,7 @@ def read_frames(path: str | Path, topics: Sequence[str] | None = None) -> Iterat
                 have = sorted({c.topic for c in cameras})
                 raise ValueError(f"no camera topic {sorted(missing)} in {path}; it has {have}")
             cameras = [c for c in cameras if c.topic in topics]
-        if not cameras:
+        if not cameras:  # rosbags reads every connection when given none
             return
         for conn, recv_ns, raw in reader.messages(connections=cameras):
             msg = typestore.deserialize_cdr(raw, conn.msgtype)
