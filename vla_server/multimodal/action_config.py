@@ -113,10 +113,11 @@ def _parse_norm_stats(raw: dict[str, Any], action_dim: int, source: str) -> dict
         if not isinstance(action, dict) or "q01" not in action or "q99" not in action:
             raise ValueError(f"{source}: norm_stats[{key!r}] needs action.q01 and action.q99")
         where = f"{source}: norm_stats[{key!r}].action"
+        mask = action.get("mask", [True] * action_dim)
         stats[key] = NormStats(
             q01=_vector(action["q01"], action_dim, f"{where}.q01", np.float64),
             q99=_vector(action["q99"], action_dim, f"{where}.q99", np.float64),
-            mask=_vector(action.get("mask", [True] * action_dim), action_dim, f"{where}.mask", bool),
+            mask=_vector(mask, action_dim, f"{where}.mask", bool),
         )
     return stats
 

@@ -77,7 +77,7 @@ def _load(item: ImageItem, policy: MediaPolicy) -> np.ndarray:
         return array_to_rgb(item)
     if isinstance(item, dict):
         return _from_raw_dict(item, policy)
-    if isinstance(item, bytes | bytearray | memoryview):
+    if isinstance(item, bytes | bytearray):
         return _from_encoded(bytes(item), policy)
     if isinstance(item, str):
         return _from_encoded(_encoded_bytes_of_string(item, policy), policy)
@@ -156,7 +156,7 @@ def _from_raw_dict(item: dict[str, Any], policy: MediaPolicy) -> np.ndarray:
     data = item.get("data")
     if isinstance(data, str):
         data = _decode_base64(data, policy.max_image_bytes)
-    elif not isinstance(data, bytes | bytearray | memoryview):
+    elif not isinstance(data, bytes | bytearray):
         raise ImageInputError("raw pixels need 'data' as base64 text or bytes")
     expected = int(np.prod(shape))
     if len(data) != expected:
