@@ -160,7 +160,7 @@ class RadixCache:
             n = _common_len(child.key, key, pos)
             if n < len(child.key):
                 child = self._split(child, n)
-            pass
+            child.last_access = now
             values.append(child.value)
             node, pos = child, pos + n
         return node, values
