@@ -10,6 +10,8 @@ import sys
 
 import zmq
 
+PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
 LOG_FORMAT = "[%(asctime)s %(processName)s] %(levelname)s %(name)s: %(message)s"
 
 
@@ -30,11 +32,13 @@ def zmq_socket(ctx: zmq.Context, kind: int, endpoint: str, bind: bool) -> zmq.So
     return sock
 
 
-def become_child_process() -> None:
-    """Die with the parent (no orphans) and leave Ctrl-C to the parent, which drains first."""
+def become_child_process(name: str) -> None:
+    """Name the process (ps/top show it), die with the parent (no orphans), and leave Ctrl-C
+    to the parent, which drains first."""
     if sys.platform.startswith("linux"):
-        pr_set_pdeathsig = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_NAME, name.encode()[:15])
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Nothing in a child needs flushing; a plain exit could block in zmq context teardown.
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))

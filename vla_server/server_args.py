@@ -78,7 +78,7 @@ class PortArgs:
 
     ipc_dir: str
     tokenizer_ipc_name: str  # TokenizerManager PULL (bind) <- detokenizer
-    scheduler_input_ipc_name: str  # TokenizerManager PUSH (bind) -> scheduler PULL
+    scheduler_input_ipc_name: str  # TokenizerManager PUSH -> scheduler PULL (bind)
     detokenizer_ipc_name: str  # detokenizer PULL (bind) <- scheduler
     rpc_ipc_name: str  # TokenizerManager DEALER (bind) <-> scheduler DEALER
 

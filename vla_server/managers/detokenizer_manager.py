@@ -91,7 +91,7 @@ class DetokenizerManager:
 
 
 def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs, parent_pid: int) -> None:
-    become_child_process()
+    become_child_process("vla-detokenizer")
     configure_logging(server_args.log_level)
     try:
         DetokenizerManager(server_args, port_args).event_loop(parent_pid)

@@ -252,7 +252,7 @@ class Scheduler:
 def run_scheduler_process(
     server_args: ServerArgs, port_args: PortArgs, ready_pipe: Connection, parent_pid: int
 ) -> None:
-    become_child_process()
+    become_child_process("vla-scheduler")
     configure_logging(server_args.log_level)
     try:
         scheduler = Scheduler(server_args, port_args)
