@@ -345,8 +345,12 @@ def _common_len(edge: list[int], key: list[int], start: int) -> int:
     n = len(edge)
     if key[start : start + n] == edge:  # one C-level comparison for the common full-edge case
         return n
-    limit = min(n, len(key) - start)
-    i = 0
-    while i < limit and edge[i] == key[start + i]:
-        i += 1
-    return i
+    # Bisect on slice equality: O(log n) Python steps instead of a per-token loop.
+    lo, hi = 0, min(n, len(key) - start)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if edge[lo:mid] == key[start + lo : start + mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
