@@ -18,7 +18,7 @@ import msgspec
 import torch
 
 
-class SamplingParams(msgspec.Struct, kw_only=True):
+class SamplingParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_new_tokens: int = 128
     temperature: float = 1.0
     top_p: float = 1.0

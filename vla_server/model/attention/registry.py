@@ -12,6 +12,7 @@ from vla_server.model.attention.base import AttentionBackend
 # name -> "module:class"; a backend registers by adding its line here.
 ATTENTION_BACKENDS: dict[str, str] = {
     "torch": "vla_server.model.attention.torch_backend:TorchAttentionBackend",
+    "triton": "vla_server.model.attention.triton_backend:TritonAttentionBackend",
 }
 
 

@@ -23,7 +23,7 @@ from vla_server.model.forward_batch import ForwardBatch, ForwardMode
 class _DecodeGroup:
     token_index: torch.Tensor | None  # [b] rows of the token axis; None = the whole axis
     kv_index: torch.Tensor  # [b, max_seq_len] KV slots, padding -> slot 0
-    mask: torch.Tensor  # [b, 1, 1, max_seq_len] True where a key is part of the sequence
+    mask: torch.Tensor  # [b, 1, 1, max_seq_len] additive: 0 on the sequence, -inf on padding
 
 
 @dataclass
@@ -31,7 +31,7 @@ class _ExtendRequest:
     start: int  # first new token on the token axis
     end: int
     prefix_index: torch.Tensor | None  # [prefix_len] KV slots of the cached prefix
-    mask: torch.Tensor | None  # [extend_len, prefix_len + extend_len]; None = plain causal
+    mask: torch.Tensor | None  # additive [extend_len, prefix_len + extend_len]; None = causal
 
 
 class TorchAttentionBackend(AttentionBackend):
@@ -124,7 +124,7 @@ class TorchAttentionBackend(AttentionBackend):
         kv_index[torch.arange(len(reqs), device=device), seq_lens - 1] = new_slots.to(torch.int64)
         valid = torch.arange(max_len, device=device)[None, :] < seq_lens[:, None]
         kv_index.masked_fill_(~valid, 0)
-        return _DecodeGroup(token_index, kv_index, valid[:, None, None, :])
+        return _DecodeGroup(token_index, kv_index, self._additive(valid[:, None, None, :]))
 
     def _extend_request(self, batch: ForwardBatch, i: int, start: int) -> _ExtendRequest:
         end = start + batch.extend_lens_cpu[i]
@@ -136,4 +136,10 @@ class TorchAttentionBackend(AttentionBackend):
         prefix_index = self.req_to_token_pool.req_to_token[row, :prefix_len].to(torch.int64)
         keys = torch.arange(prefix_len + end - start, device=device)
         queries = torch.arange(prefix_len, prefix_len + end - start, device=device)
-        return _ExtendRequest(start, end, prefix_index, keys[None, :] <= queries[:, None])
+        mask = self._additive(keys[None, :] <= queries[:, None])
+        return _ExtendRequest(start, end, prefix_index, mask)
+
+    def _additive(self, allowed: torch.Tensor) -> torch.Tensor:
+        # Built once per batch: SDPA would convert a boolean mask again in every layer.
+        mask = torch.zeros(allowed.shape, dtype=self.kv_pool.dtype, device=allowed.device)
+        return mask.masked_fill_(~allowed, float("-inf"))
