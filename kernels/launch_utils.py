@@ -28,11 +28,25 @@ def require_launchable(*tensors: torch.Tensor) -> None:
     """Fail with a readable message instead of Triton's '0 active drivers' on CPU tensors."""
     if not triton_available():
         raise RuntimeError("Triton is not installed; use the torch attention backend")
-    if any(t.device.type != "cuda" for t in tensors) and not interpreting():
+    if all(t.device.type == "cuda" for t in tensors):
+        return
+    if not interpreting():
         raise RuntimeError(
-            "Triton kernels need CUDA tensors, or TRITON_INTERPRET=1 set before the first "
-            "kernel launch to run them on CPU tensors through the interpreter"
+            "Triton kernels need CUDA tensors, or TRITON_INTERPRET=1 in the environment to run "
+            "them on CPU tensors through the interpreter"
         )
+    if not _standard_library_interpreted():
+        raise RuntimeError(
+            "TRITON_INTERPRET=1 was set after triton.language had been imported (transformers "
+            "imports it), so Triton's own helpers are compiled; set it before starting Python"
+        )
+
+
+def _standard_library_interpreted() -> bool:
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(tl.sum, InterpretedFunction)
 
 
 def next_power_of_2(n: int) -> int:

@@ -44,6 +44,8 @@ def decode_split_kernel(
         q = q.to(tl.float32)
     seq_len = tl.load(Seq_lens + b)
     row = tl.load(Req_pool_idx + b).to(tl.int64)
+    # Without HAS_NEW_SLOTS the launcher passes a stand-in pointer; the value is then unused.
+    new_slot = tl.load(New_slots + b).to(tl.int64)
     # Splits start on block boundaries; trailing splits of a short request may be empty.
     split_len = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
     start = split * split_len
@@ -57,10 +59,12 @@ def decode_split_kernel(
         n_mask = pos < end
         slot = tl.load(Req_to_token + row * stride_req + pos, mask=n_mask, other=0).to(tl.int64)
         if HAS_NEW_SLOTS:
-            slot = tl.where(pos == seq_len - 1, tl.load(New_slots + b).to(tl.int64), slot)
+            slot = tl.where(pos == seq_len - 1, new_slot, slot)
         kv_mask = n_mask[:, None] & d_mask[None, :]
-        k = tl.load(K_buf + slot[:, None] * stride_kt + kvh * stride_kh + d[None, :], mask=kv_mask)
-        v = tl.load(V_buf + slot[:, None] * stride_vt + kvh * stride_vh + d[None, :], mask=kv_mask)
+        k_ptrs = K_buf + slot[:, None] * stride_kt + kvh * stride_kh + d[None, :]
+        k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
+        v_ptrs = V_buf + slot[:, None] * stride_vt + kvh * stride_vh + d[None, :]
+        v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
         m_i, l_i, acc = online_softmax_block(
             q, k, v, n_mask[None, :], m_i, l_i, acc, scale, UPCAST, DOT_PRECISION
         )

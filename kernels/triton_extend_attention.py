@@ -56,8 +56,10 @@ def extend_kernel(
         n_mask = pos < prefix_len
         slot = tl.load(Req_to_token + row * stride_req + pos, mask=n_mask, other=0).to(tl.int64)
         kv_mask = n_mask[:, None] & d_mask[None, :]
-        k = tl.load(K_buf + slot[:, None] * stride_kt + kvh * stride_kh + d[None, :], mask=kv_mask)
-        v = tl.load(V_buf + slot[:, None] * stride_vt + kvh * stride_vh + d[None, :], mask=kv_mask)
+        k_ptrs = K_buf + slot[:, None] * stride_kt + kvh * stride_kh + d[None, :]
+        k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
+        v_ptrs = V_buf + slot[:, None] * stride_vt + kvh * stride_vh + d[None, :]
+        v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
         m_i, l_i, acc = online_softmax_block(
             q, k, v, n_mask[None, :], m_i, l_i, acc, scale, UPCAST, DOT_PRECISION
         )
@@ -69,8 +71,10 @@ def extend_kernel(
         n_mask = n < new_end
         tok = first_tok + n[:, None]
         kv_mask = n_mask[:, None] & d_mask[None, :]
-        k = tl.load(K_new + tok * stride_knt + kvh * stride_knh + d[None, :], mask=kv_mask)
-        v = tl.load(V_new + tok * stride_vnt + kvh * stride_vnh + d[None, :], mask=kv_mask)
+        k_ptrs = K_new + tok * stride_knt + kvh * stride_knh + d[None, :]
+        k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
+        v_ptrs = V_new + tok * stride_vnt + kvh * stride_vnh + d[None, :]
+        v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
         causal = (n[None, :] <= m[:, None]) & n_mask[None, :]
         m_i, l_i, acc = online_softmax_block(
             q, k, v, causal, m_i, l_i, acc, scale, UPCAST, DOT_PRECISION
