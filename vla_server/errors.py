@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import msgspec
+
 
 class RequestError(ValueError):
     def __init__(self, message: str, field: str | None = None, status_code: int = 400):
@@ -38,6 +40,8 @@ _PATH = re.compile(r" - at `\$\.?(.*)`$")
 def from_msgspec(err: Exception, prefix: str = "") -> RequestError:
     """Turn a msgspec decode/validation error into a RequestError with a dotted field path."""
     text = str(err)
+    if not isinstance(err, msgspec.ValidationError):
+        return RequestError(f"malformed JSON body: {text}", field="body")
     field = None
     m = _PATH.search(text)
     if m:
@@ -48,6 +52,4 @@ def from_msgspec(err: Exception, prefix: str = "") -> RequestError:
         field = ".".join(p for p in (field, unknown.group(1)) if p)
     if prefix:
         field = f"{prefix}.{field}" if field else prefix
-    if field is None and text.startswith("JSON"):
-        field = "body"
     return RequestError(text, field=field)
