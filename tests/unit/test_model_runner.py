@@ -255,3 +255,35 @@ def test_seeded_sampling_independent_of_batch(pair):
     )
     assert alone == crowd
     assert run([target], [SamplingParams(temperature=1.0, top_p=0.95, seed=1235)]) != alone
+
+
+@pytest.mark.parametrize(
+    "rope_scaling",
+    [
+        {"rope_type": "dynamic", "factor": 2.0},
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
+        {"rope_type": "linear", "factor": 2.0},
+    ],
+    ids=["dynamic", "yarn", "linear"],
+)
+def test_rope_scaling_generation_beyond_original_length(rope_scaling):
+    """Greedy decoding across max_position_embeddings, where scaled RoPE matters."""
+    path = make_llama(max_position_embeddings=32, rope_scaling=rope_scaling)
+    runner = ModelRunner(
+        path, max_total_tokens=512, max_running_requests=2, context_len=96, progress=False
+    )
+    hf = hf_model(path)
+    prompts = random_prompts([40, 9], runner.vocab_size, seed=13)
+    steps = 30  # the short prompt crosses position 32 while decoding
+    seqs = new_seqs(runner, len(prompts))
+    out = extend(runner, seqs, prompts)
+    generated: list[list[int]] = [[] for _ in prompts]
+    for step in range(steps):
+        next_ids = out.next_token_logits.argmax(dim=-1).tolist()
+        for i, token in enumerate(next_ids):
+            generated[i].append(token)
+        if step < steps - 1:
+            out = extend(runner, seqs, [[t] for t in next_ids])
+    for i, prompt in enumerate(prompts):
+        ref_tokens, ref_logits = hf_generate(hf, prompt, steps)
+        assert_same_greedy(generated[i], ref_tokens, ref_logits, f"prompt {i}")

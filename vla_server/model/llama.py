@@ -135,7 +135,7 @@ class LlamaForCausalLM(nn.Module):
         """
         h = self.embed(batch)
         token_seq_lens = None
-        if self.rotary.is_dynamic:
+        if self.rotary.is_dynamic and max(batch.seq_lens_cpu) > self.config.max_position_embeddings:
             token_seq_lens = torch.repeat_interleave(batch.seq_lens, batch.extend_lens)
         cos, sin = self.rotary.cos_sin(batch.positions, token_seq_lens)
         for layer in self.layers:

@@ -112,9 +112,10 @@ class RotaryEmbedding:
     def cos_sin(
         self, positions: torch.Tensor, token_seq_lens: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`token_seq_lens` [num_tokens]: each token's request length, needed for dynamic NTK."""
-        max_pos = self.config.max_position_embeddings
-        if self.is_dynamic and token_seq_lens is not None and int(token_seq_lens.max()) > max_pos:
+        """cos/sin for `positions` [num_tokens]. For dynamic NTK scaling, `token_seq_lens`
+        [num_tokens] holds each token's request length; leave it None while no request is
+        longer than max_position_embeddings (the scaling is then the identity)."""
+        if self.is_dynamic and token_seq_lens is not None:
             inv_freq = dynamic_ntk_inv_freq(self.config, token_seq_lens)
             freqs = positions.to(torch.float32)[:, None] * inv_freq
             return freqs.cos(), freqs.sin()
