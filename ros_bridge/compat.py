@@ -30,6 +30,7 @@ _SUBMODULES = (
     "qos",
     "serialization",
     "time",
+    "utilities",
 )
 _MSG_PACKAGES = (
     "builtin_interfaces",

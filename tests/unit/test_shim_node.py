@@ -240,3 +240,29 @@ def test_qos_profiles_like_rmw() -> None:
     )
     with pytest.raises(TypeError):
         profile_from("reliable")
+
+
+def test_params_file_and_ros_args_stripping(tmp_path, ros: None) -> None:
+    params = tmp_path / "bridge.yaml"
+    params.write_text(
+        "/**:\n"
+        "  ros__parameters:\n"
+        "    control_rate_hz: 10.0\n"
+        "    output: float64_multiarray\n"
+        "vla_bridge:\n"
+        "  ros__parameters:\n"
+        "    control_rate_hz: 30.0\n"
+        "    budgets:\n"
+        "      itl_p99_ms: 40.0\n"
+        "    image_topics: [/cam/left, /cam/right]\n",
+        encoding="utf-8",
+    )
+    argv = ["vla-bridge", "--x", "--ros-args", "--params-file", str(params), "--", "--y"]
+    assert rclpy.utilities.remove_ros_args(argv) == ["vla-bridge", "--x", "--y"]
+    node = Node("vla_bridge", cli_args=argv)
+    assert node.declare_parameter("control_rate_hz", 1.0).value == 30.0
+    assert node.declare_parameter("output", "").value == "float64_multiarray"
+    assert node.declare_parameter("budgets.itl_p99_ms", 1.0).value == 40.0
+    assert node.declare_parameter("image_topics", ["x"]).value == ["/cam/left", "/cam/right"]
+    other = Node("other", cli_args=argv)
+    assert other.declare_parameter("control_rate_hz", 1.0).value == 10.0

@@ -20,8 +20,8 @@ from ros_bridge.shim.rclpy import (
     qos,
     serialization,
     time,
+    utilities,
 )
-from ros_bridge.shim.rclpy.arguments import remove_ros_args
 from ros_bridge.shim.rclpy.context import Context, get_default_context
 from ros_bridge.shim.rclpy.executors import Executor, SingleThreadedExecutor
 from ros_bridge.shim.rclpy.node import Node
@@ -39,13 +39,13 @@ __all__ = [
     "ok",
     "parameter",
     "qos",
-    "remove_ros_args",
     "serialization",
     "shutdown",
     "spin",
     "spin_once",
     "time",
     "try_shutdown",
+    "utilities",
 ]
 
 

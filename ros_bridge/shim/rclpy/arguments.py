@@ -128,7 +128,8 @@ def load_params_file(path: str) -> list[ParamRule]:
     with open(path, encoding="utf-8") as handle:
         document = yaml.safe_load(handle) or {}
     rules: list[ParamRule] = []
-    for node, body in document.items():
+    # Wildcard sections first, so that a node's own section overrides them (as in rclpy).
+    for node, body in sorted(document.items(), key=lambda item: item[0] != "/**"):
         if not isinstance(body, dict) or "ros__parameters" not in body:
             raise ValueError(f"{path}: node {node!r} has no 'ros__parameters' section")
         for name, value in _flatten(body["ros__parameters"]).items():
