@@ -14,7 +14,7 @@ import triton.language as tl
 
 from vla_kernels.triton_online_softmax import online_softmax_block
 
-NEG_LARGE: tl.constexpr = -1.0e30
+NEG_LARGE = tl.constexpr(-1.0e30)
 
 
 @triton.jit
