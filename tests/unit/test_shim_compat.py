@@ -152,7 +152,10 @@ class ExampleNode(rclpy.node.Node):
 
 
 @pytest.fixture
-def ros() -> Iterator[None]:
+def ros(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv(
+        "VLA_SHIM_TRANSPORT", "inproc"
+    )  # rclpy.init's real signature has no transport
     rclpy.init(args=["--ros-args", "-r", "image:=/camera/image_raw"])
     try:
         yield
