@@ -153,9 +153,8 @@ class ExampleNode(rclpy.node.Node):
 
 @pytest.fixture
 def ros(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv(
-        "VLA_SHIM_TRANSPORT", "inproc"
-    )  # rclpy.init's real signature has no transport
+    # Pinned through the environment: real rclpy.init has no `transport` argument.
+    monkeypatch.setenv("VLA_SHIM_TRANSPORT", "inproc")
     rclpy.init(args=["--ros-args", "-r", "image:=/camera/image_raw"])
     try:
         yield
