@@ -15,6 +15,7 @@ from itertools import accumulate
 import torch
 import torch.nn.functional as F
 
+from vla_server.mem_cache.kv_pool import ReqToTokenPool, TokenToKVPool
 from vla_server.model.attention.base import AttentionBackend
 from vla_server.model.forward_batch import ForwardBatch, ForwardMode
 
@@ -35,10 +36,15 @@ class _ExtendRequest:
 
 
 class TorchAttentionBackend(AttentionBackend):
+    def __init__(self, req_to_token_pool: ReqToTokenPool, kv_pool: TokenToKVPool):
+        super().__init__(req_to_token_pool, kv_pool)
+        self._decode: _DecodeGroup | None = None
+        self._extends: list[_ExtendRequest] = []
+
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
         if batch.mode is ForwardMode.DECODE:
             self._decode = self._decode_group(batch, list(range(batch.batch_size)), whole=True)
-            self._extends: list[_ExtendRequest] = []
+            self._extends = []
             return
         singles = [i for i, n in enumerate(batch.extend_lens_cpu) if n == 1]
         self._decode = self._decode_group(batch, singles, whole=False) if singles else None
