@@ -13,7 +13,6 @@ import torch
 
 from vla_kernels.decode_attention import SplitKWorkspace, decode_attention, default_num_kv_splits
 from vla_kernels.extend_attention import extend_attention
-from vla_kernels.launch_utils import triton_available
 from vla_server.mem_cache.kv_pool import ReqToTokenPool, TokenToKVPool
 from vla_server.model.attention.base import AttentionBackend
 from vla_server.model.forward_batch import ForwardBatch, ForwardMode
@@ -39,10 +38,6 @@ class TritonAttentionBackend(AttentionBackend):
         super().__init__(req_to_token_pool, kv_pool)
         self.num_kv_splits = num_kv_splits
         self._meta: _BatchMetadata | None = None
-
-    @staticmethod
-    def supports(device: torch.device) -> bool:
-        return device.type == "cuda" and triton_available()
 
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
         max_seq_len = max(batch.seq_lens_cpu, default=0)
