@@ -84,7 +84,7 @@ class Scheduler:
 
         self.zmq_ctx = zmq.Context(2)
         self.recv_sock = zmq_socket(
-            self.zmq_ctx, zmq.PULL, port_args.scheduler_input_ipc_name, False
+            self.zmq_ctx, zmq.PULL, port_args.scheduler_input_ipc_name, bind=True
         )
         self.rpc_sock = zmq_socket(self.zmq_ctx, zmq.DEALER, port_args.rpc_ipc_name, False)
         self.detok_sock = zmq_socket(self.zmq_ctx, zmq.PUSH, port_args.detokenizer_ipc_name, False)

@@ -74,7 +74,7 @@ class TokenizerManager:
         self._ctx = zmq.asyncio.Context(2)
         self.recv_sock = zmq_socket(self._ctx, zmq.PULL, port_args.tokenizer_ipc_name, bind=True)
         self.send_sock = zmq_socket(
-            self._ctx, zmq.PUSH, port_args.scheduler_input_ipc_name, bind=True
+            self._ctx, zmq.PUSH, port_args.scheduler_input_ipc_name, bind=False
         )
         self.control = ControlClient(
             self, zmq_socket(self._ctx, zmq.DEALER, port_args.rpc_ipc_name, bind=True)
