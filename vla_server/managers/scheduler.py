@@ -76,7 +76,7 @@ class Scheduler:
         self.kv = ReqKVManager(self.runner.req_to_token_pool, self.runner.kv_pool)
         self.batch_runner = BatchRunner(self.runner, self.kv, server_args.random_seed)
         self.finish_checker = FinishChecker(self.tokenizer, set(self.runner.config.eos_token_ids))
-        self.context_len = self.runner.config.context_len
+        self.context_len = self.runner.context_len
         self.waiting: list[Req] = []
         self.running: list[Req] = []
         self.paused = False
