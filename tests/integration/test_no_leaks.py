@@ -1,0 +1,77 @@
+"""After 1,000 requests rejected before dispatch and 200 streams whose clients disconnect
+mid-way, no request state and no KV is left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+
+from tests.integration.conftest import idle_state
+
+BAD_BODIES = [
+    {"text": "a", "sampling_params": {"top_p": 2}},
+    {"input_ids": [1, 2, 10**9]},
+    {"text": "pick up the cube " * 200},
+    {"text": "a", "input_ids": [1]},
+    {"text": "a", "sampling_params": {"max_new_tokens": -3}},
+]
+
+
+async def _rejections(client: httpx.AsyncClient, n: int) -> int:
+    sem = asyncio.Semaphore(32)
+
+    async def one(i: int) -> int:
+        async with sem:
+            if i % 6 == 5:
+                r = await client.post("/generate", content=b'{"text": ', headers={"content-type": "application/json"})
+            else:
+                r = await client.post("/generate", json=BAD_BODIES[i % 6 % len(BAD_BODIES)])
+            return r.status_code
+
+    codes = await asyncio.gather(*(one(i) for i in range(n)))
+    assert all(400 <= c < 500 for c in codes)
+    return len(codes)
+
+
+async def _disconnecting_streams(client: httpx.AsyncClient, n: int) -> int:
+    sem = asyncio.Semaphore(16)
+    body = {"text": "pick up the cube", "stream": True,
+            "sampling_params": {"max_new_tokens": 300, "ignore_eos": True}}
+
+    async def one() -> bool:
+        async with sem, client.stream("POST", "/generate", json=body) as r:
+            assert r.status_code == 200
+            seen = 0
+            async for line in r.aiter_lines():
+                if line.startswith("data: {"):
+                    seen += 1
+                    if seen == 3:
+                        return True  # leaving the block closes the connection mid-stream
+            return False
+
+    done = await asyncio.gather(*(one() for _ in range(n)))
+    assert all(done), "every stream should still have been running when we left"
+    return len(done)
+
+
+def test_rejections_and_disconnects_leave_nothing_behind(server):
+    async def run() -> tuple[int, int]:
+        async with server.async_client() as client:
+            return await _rejections(client, 1000), await _disconnecting_streams(client, 200)
+
+    with server.client() as c:
+        before = idle_state(c)
+    rejected, disconnected = asyncio.run(run())
+    assert (rejected, disconnected) == (1000, 200)
+    deadline = time.monotonic() + 60
+    with server.client() as c:
+        while idle_state(c) != before:
+            assert time.monotonic() < deadline, f"still {idle_state(c)} (idle was {before})"
+            time.sleep(0.2)
+        assert before == {"pending": 0, "kv_used": 0}
+        metrics = c.get("/metrics").text
+        aborted = next(ln for ln in metrics.splitlines() if ln.startswith('vla_requests_total{finish="abort"}'))
+        assert float(aborted.split()[-1]) >= 200  # every disconnect reached the scheduler as an abort
+        assert c.post("/generate", json={"text": "pick", "sampling_params": {"max_new_tokens": 4}}).status_code == 200
