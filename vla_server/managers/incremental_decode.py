@@ -115,9 +115,14 @@ def _trim_stop(text: str, finished_reason: dict[str, Any]) -> int:
 
 
 def _held_stop_prefix(text: str, stop_strs: list[str]) -> int:
-    """Length of the longest tail of `text` that is a proper prefix of a stop string."""
+    """Characters at the end of `text` that may belong to a stop string: from a complete match
+    (the finish is on its way) or the longest tail that is a proper prefix of one."""
     held = 0
     for s in stop_strs:
+        pos = text.find(s)
+        if pos >= 0:
+            held = max(held, len(text) - pos)
+            continue
         for k in range(min(len(s) - 1, len(text)), held, -1):
             if text.endswith(s[:k]):
                 held = k

@@ -1,0 +1,101 @@
+"""Pause/continue, flush and weight updates over the rpc channel, on a live node."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import torch
+
+from tests.server_process import run_server
+from tests.tiny_checkpoints import make_llama
+
+GREEDY = {"temperature": 0, "max_new_tokens": 16, "ignore_eos": True}
+PROMPT = [85, 289, 430, 391, 422, 408]
+
+
+def hf_greedy(path, ids: list[int], n: int) -> list[int]:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    model.generation_config.eos_token_id = None
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, pad_token_id=0,
+                             attention_mask=torch.ones(1, len(ids), dtype=torch.long))
+    return out[0, len(ids):].tolist()
+
+
+def _wait_pending(c, n: int) -> None:
+    deadline = time.monotonic() + 30
+    while c.get("/get_server_info").json()["num_pending_requests"] != n:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_update_weights_from_disk_serves_the_new_weights(llama_path, tmp_path):
+    other = make_llama(seed=5)
+    with run_server(llama_path, tmp_path, "--max-total-tokens", "2048") as server, server.client() as c:
+        before = c.post("/generate", json={"input_ids": PROMPT, "sampling_params": GREEDY}).json()
+        assert before["output_ids"] == hf_greedy(llama_path, PROMPT, 16)
+        r = c.post("/update_weights_from_disk", json={"model_path": str(other)})
+        assert r.status_code == 200 and r.json()["success"], r.text
+        after = c.post("/generate", json={"input_ids": PROMPT, "sampling_params": GREEDY}).json()
+        assert after["output_ids"] == hf_greedy(other, PROMPT, 16)
+        assert after["output_ids"] != before["output_ids"]
+        missing = c.post("/update_weights_from_disk", json={"model_path": str(tmp_path / "nope")})
+        assert missing.status_code == 400 and missing.json()["error"]["field"] == "model_path"
+        bigger = make_llama(hidden_size=64, num_heads=2, num_kv_heads=1, intermediate_size=128)
+        mismatch = c.post("/update_weights_from_disk", json={"model_path": str(bigger)})
+        assert mismatch.status_code == 400 and "different architecture" in mismatch.json()["message"]
+        # a refused update keeps the previous weights
+        again = c.post("/generate", json={"input_ids": PROMPT, "sampling_params": GREEDY}).json()
+        assert again["output_ids"] == after["output_ids"]
+
+
+def test_pause_abort_mode_and_continue(server):
+    results: dict[str, object] = {}
+
+    def request(name: str, body: dict) -> None:
+        with server.client() as c:
+            results[name] = c.post("/generate", json=body).json()
+
+    long = {"text": "pick", "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}}
+    t1 = threading.Thread(target=request, args=("inflight", long))
+    t1.start()
+    with server.client() as c:
+        _wait_pending(c, 1)
+        r = c.post("/pause_generation", json={"mode": "abort"})
+        assert r.status_code == 200 and r.json()["success"]
+        t1.join(30)
+        assert results["inflight"]["meta_info"]["finish_reason"]["type"] == "abort"
+        # while paused a new request waits in the TokenizerManager, before dispatch
+        t2 = threading.Thread(target=request, args=("queued", {"text": "pick", "sampling_params": GREEDY}))
+        t2.start()
+        _wait_pending(c, 1)
+        time.sleep(0.3)
+        assert "queued" not in results
+        assert c.get("/get_server_info").json()["internal_states"][0]["num_waiting_reqs"] == 0
+        assert c.post("/continue_generation").json()["success"]
+        t2.join(30)
+        assert results["queued"]["meta_info"]["finish_reason"]["type"] == "length"
+        bad = c.post("/pause_generation", json={"mode": "sideways"})
+        assert bad.status_code == 400 and bad.json()["error"]["field"] == "mode"
+
+
+def test_flush_cache_is_refused_while_requests_run(server):
+    with server.client() as c:
+        done = threading.Event()
+
+        def stream() -> None:
+            with server.client() as c2:
+                c2.post("/generate", json={"text": "pick", "stream": True,
+                                           "sampling_params": {"max_new_tokens": 300, "ignore_eos": True}})
+            done.set()
+
+        threading.Thread(target=stream).start()
+        _wait_pending(c, 1)
+        r = c.post("/flush_cache")
+        assert r.status_code == 400 and "running" in r.json()["message"]
+        c.post("/abort_request", json={"abort_all": True})
+        assert done.wait(30)
+        assert c.post("/flush_cache").json()["success"]
