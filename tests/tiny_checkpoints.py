@@ -1,9 +1,10 @@
 """Deterministic tiny Hugging Face checkpoints with a real BPE tokenizer, built offline.
 
 `make_llama`, `make_qwen2` and `make_llava` write a folder with `config.json`,
-`generation_config.json`, safetensors weights (optionally sharded) and a tokenizer, and return
-its path. Without `out_dir` the folder is cached under the system temp dir, keyed by the
-arguments, and built atomically, so tests and processes can share it.
+`generation_config.json`, safetensors weights (optionally sharded) and a tokenizer (`make_llava`:
+a whole `LlavaProcessor`, tokenizer and image processor), and return its path. Without `out_dir`
+the folder is cached under the system temp dir, keyed by the arguments, and built atomically, so
+tests and processes can share it.
 
 The weights are drawn with a fixed seed and a large `initializer_range` so that greedy outputs
 depend on the context with clear logit margins; norm weights and biases (which transformers
@@ -25,7 +26,7 @@ from typing import Any
 import torch
 
 CACHE_ROOT = Path(tempfile.gettempdir()) / "vla_tiny_checkpoints"
-_FORMAT_VERSION = 1  # bump when the builders change, so cached folders are rebuilt
+_FORMAT_VERSION = 2  # bump when the builders change, so cached folders are rebuilt
 SPECIAL_TOKENS = ["<|pad|>", "<|bos|>", "<|eos|>", "<|im_start|>", "<|im_end|>", "<image>"]
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
@@ -112,13 +113,84 @@ def _randomise_constants(model: torch.nn.Module, seed: int) -> None:
 
 
 def _save(model: Any, tok: Any, out: Path, max_shard_size: str | None, original: bool) -> None:
-    tok_ids = [tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")]
+    """`tok` is a tokenizer or a processor (which saves its tokenizer too)."""
+    tokenizer = getattr(tok, "tokenizer", tok)
+    tok_ids = [tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")]
     model.generation_config.eos_token_id = tok_ids
-    model.generation_config.pad_token_id = tok.pad_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(
         out, max_shard_size=max_shard_size or "50GB", save_original_format=original
     )
     tok.save_pretrained(out)
+
+
+# The two tiny towers: 32x32 images in 8x8 patches. CLIP keeps LLaVA-1.5's settings (layer -2,
+# CLS dropped); SigLIP concatenates two layers, keeps every patch, and has a projector without
+# bias and with another activation, so each of those settings is exercised.
+_VISION_TOWERS: dict[str, dict[str, Any]] = {
+    "clip": {
+        "config_class": "CLIPVisionConfig",
+        "tower": {"num_hidden_layers": 2},
+        "llava": {"vision_feature_layer": -2, "vision_feature_select_strategy": "default"},
+        "processor": {"num_additional_image_tokens": 1},
+    },
+    "siglip": {
+        "config_class": "SiglipVisionConfig",
+        "tower": {"num_hidden_layers": 3},
+        "llava": {
+            "vision_feature_layer": [1, -2],
+            "vision_feature_select_strategy": "full",
+            "projector_hidden_act": "gelu_pytorch_tanh",
+            "multimodal_projector_bias": False,
+        },
+        "processor": {"num_additional_image_tokens": 0},
+    },
+}
+
+
+def _llava_model(tok: Any, text_kwargs: dict[str, Any], args: dict[str, Any]) -> Any:
+    import transformers
+
+    tower = _VISION_TOWERS[args["vision"]]
+    vision_class = getattr(transformers, tower["config_class"])
+    text_class = transformers.Qwen2Config if args["text"] == "qwen2" else transformers.LlamaConfig
+    config = transformers.LlavaConfig(
+        vision_config=vision_class(
+            hidden_size=32,
+            intermediate_size=64,
+            num_attention_heads=2,
+            image_size=32,
+            patch_size=8,
+            **tower["tower"],
+        ),
+        text_config=text_class(**text_kwargs),
+        image_token_id=tok.convert_tokens_to_ids("<image>"),
+        tie_word_embeddings=args["tie_word_embeddings"],
+        **tower["llava"],
+    )
+    return transformers.LlavaForConditionalGeneration(config)
+
+
+def _llava_processor(tok: Any, vision: str) -> Any:
+    import transformers
+
+    if vision == "siglip":
+        image_processor = transformers.SiglipImageProcessorPil(size={"height": 32, "width": 32})
+    else:
+        image_processor = transformers.CLIPImageProcessorPil(
+            size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
+        )
+    return transformers.LlavaProcessor(
+        image_processor=image_processor,
+        tokenizer=tok,
+        patch_size=8,
+        vision_feature_select_strategy=_VISION_TOWERS[vision]["llava"][
+            "vision_feature_select_strategy"
+        ],
+        chat_template=CHAT_TEMPLATE,
+        image_token="<image>",
+        **_VISION_TOWERS[vision]["processor"],
+    )
 
 
 def _build(kind: str, out: Path, args: dict[str, Any]) -> None:
@@ -128,31 +200,17 @@ def _build(kind: str, out: Path, args: dict[str, Any]) -> None:
     text_kwargs = _text_config_kwargs(tok, args)
     torch.manual_seed(args["seed"])
     if kind == "llava":
-        text_class = (
-            transformers.Qwen2Config if args["text"] == "qwen2" else transformers.LlamaConfig
-        )
-        config = transformers.LlavaConfig(
-            vision_config=transformers.CLIPVisionConfig(
-                hidden_size=32,
-                intermediate_size=64,
-                num_hidden_layers=1,
-                num_attention_heads=2,
-                image_size=32,
-                patch_size=16,
-            ),
-            text_config=text_class(**text_kwargs),
-            image_token_id=tok.convert_tokens_to_ids("<image>"),
-            tie_word_embeddings=args["tie_word_embeddings"],
-        )
-        model = transformers.LlavaForConditionalGeneration(config)
+        model = _llava_model(tok, text_kwargs, args)
+        saved: Any = _llava_processor(tok, args["vision"])
     else:
         config_class = transformers.Qwen2Config if kind == "qwen2" else transformers.LlamaConfig
         model_class = (
             transformers.Qwen2ForCausalLM if kind == "qwen2" else transformers.LlamaForCausalLM
         )
         model = model_class(config_class(**text_kwargs))
+        saved = tok
     _randomise_constants(model, args["seed"])
-    _save(model, tok, out, args["max_shard_size"], args.get("original_layout", True))
+    _save(model, saved, out, args["max_shard_size"], args.get("original_layout", True))
 
 
 def _cached_build(kind: str, out_dir: str | Path | None, args: dict[str, Any]) -> Path:
@@ -220,14 +278,17 @@ def make_llava(
     out_dir: str | Path | None = None,
     *,
     text: str = "llama",
+    vision: str = "clip",
     original_layout: bool = False,
     num_layers: int = 2,
     tie_word_embeddings: bool = False,
     max_shard_size: str | None = None,
     seed: int = 2,
 ) -> Path:
-    """A LlavaForConditionalGeneration with a tiny CLIP tower (weights, config and tokenizer only,
-    no image processor). `original_layout` saves the pre-transformers-5 tensor names
+    """A LlavaForConditionalGeneration with a tiny `vision` tower ("clip": 16 image tokens after
+    dropping CLS; "siglip": 16 tokens, two concatenated layers) and a `text` decoder ("llama" or
+    "qwen2", both GQA), saved with its LlavaProcessor (tokenizer, 32x32 image processor, chat
+    template). `original_layout` saves the pre-transformers-5 tensor names
     (`language_model.model.*`) instead of `model.language_model.*`."""
     args = {k: v for k, v in locals().items() if k != "out_dir"}
     args.update(

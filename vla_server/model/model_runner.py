@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from itertools import accumulate, chain
 from pathlib import Path
 
+import numpy as np
 import psutil
 import torch
 
@@ -23,6 +24,7 @@ from vla_server.model.config import ModelConfig, load_model_config, parse_dtype
 from vla_server.model.forward_batch import ForwardBatch, ForwardMode
 from vla_server.model.llama import LlamaForCausalLM
 from vla_server.model.sampling import Logprobs, SamplingBatchInfo, compute_logprobs, sample
+from vla_server.model.vision import VisionEncoder
 from vla_server.model.weight_loader import WeightLoadError, load_decoder_weights
 
 logger = logging.getLogger(__name__)
@@ -72,6 +74,12 @@ class ModelRunner:
             self.config, dtype=self.dtype, device=str(self.device), max_positions=self.context_len
         )
         load_decoder_weights(self.model, self.model_path, progress=progress)
+        # Before the KV pool is sized, so the pool only takes memory the vision weights leave.
+        self.vision: VisionEncoder | None = None
+        if self.config.is_multimodal:
+            self.vision = VisionEncoder.from_folder(
+                self.model_path, dtype=self.dtype, device=self.device
+            )
         self.req_to_token_pool = ReqToTokenPool(
             max_running_requests + REQ_POOL_SPARE_ROWS, self.context_len, self.device
         )
@@ -219,6 +227,17 @@ class ModelRunner:
             logprobs = compute_logprobs(logits, next_ids, top_logprobs_nums)
         return SampleOutput(next_ids, logprobs)
 
+    def encode_images(
+        self, pixel_values: Sequence[torch.Tensor | np.ndarray]
+    ) -> list[torch.Tensor]:
+        """Image embeddings: one [num_image_tokens, hidden] tensor (the runner's dtype, on its
+        device) per preprocessed image [3, H, W], all in one vision-tower call."""
+        if self.vision is None:
+            raise ValueError(f"{self.model_path} has no vision encoder")
+        if not pixel_values:
+            return []
+        return self.vision.encode(torch.stack([torch.as_tensor(p) for p in pixel_values]))
+
     def update_weights_from_disk(self, model_path: str | Path) -> None:
         """Swap in a checkpoint of the same architecture; on any error the old weights stay."""
         new_config = load_model_config(model_path)
@@ -227,7 +246,11 @@ class ModelRunner:
             raise WeightLoadError(
                 f"{model_path} has a different architecture: " + "; ".join(differences)
             )
+        # Checked in full before the decoder changes, so a bad vision half changes nothing.
+        vision_weights = None if self.vision is None else self.vision.read_weights(model_path)
         load_decoder_weights(self.model, model_path, progress=self.progress)
+        if self.vision is not None and vision_weights is not None:
+            self.vision.load_weights(vision_weights)
         self.model_path = Path(model_path)
         self.config = new_config
 

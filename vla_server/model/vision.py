@@ -18,9 +18,7 @@ first token whatever it is: CLIP's CLS token, or, as `transformers` does, a SigL
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
@@ -28,6 +26,7 @@ from transformers import AutoConfig, AutoModel
 from transformers.activations import ACT2FN
 from transformers.initialization import no_init_weights
 
+from vla_server.model.vision_spec import VisionSpec
 from vla_server.model.weight_loader import (
     NON_DECODER_PREFIXES,
     WeightLoadError,
@@ -38,8 +37,6 @@ _TOWER_PREFIXES = ("model.vision_tower.", "vision_tower.")
 _PROJECTOR_PREFIXES = ("model.multi_modal_projector.", "multi_modal_projector.")
 _LAYER_RE = re.compile(r"tower\.encoder\.layers\.(\d+)\.")
 _MAX_LISTED = 8
-
-
 
 
 class LlavaProjector(nn.Module):

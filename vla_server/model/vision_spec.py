@@ -61,7 +61,9 @@ class VisionSpec:
             )
         strategy = config.vision_feature_select_strategy
         if strategy not in _STRATEGIES:
-            raise ValueError(f"vision_feature_select_strategy {strategy!r} is not one of {_STRATEGIES}")
+            raise ValueError(
+                f"vision_feature_select_strategy {strategy!r} is not one of {_STRATEGIES}"
+            )
         return cls(
             tower_type=vision.model_type,
             tower={key: getattr(vision, key) for key in _TOWER_KEYS},
@@ -85,7 +87,9 @@ class VisionSpec:
 
     @property
     def layers_kept(self) -> int:
-        return max(self.feature_layers)
+        # At least one: `transformers` records the hidden states from the encoder layers' inputs
+        # and outputs, so a tower without layers reports none, not even the embeddings.
+        return max(1, *self.feature_layers)
 
     def differences(self, other: VisionSpec) -> list[str]:
         return [
