@@ -1,0 +1,91 @@
+"""The bridge's parameters and launch arguments, defined once (ROS-free).
+
+`VlaBridgeNode` declares `PARAMS`; `launch/vla_bridge.launch.py` turns every launch-exposed
+parameter plus `SERVER_ARGS` into `DeclareLaunchArgument`s; `vla-bridge` (cli.py) turns the very
+same table into command-line flags. One table keeps the three in step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ros_bridge.action_output import OUTPUT_MODES
+from ros_bridge.late_policy import OnLate
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    name: str
+    default: Any  # [] declares an (empty) string array
+    description: str
+    dynamic: bool = False  # may change at runtime (set-parameters); else read-only
+    choices: tuple[str, ...] = ()
+    launch: bool = True  # exposed as a launch argument and a vla-bridge flag
+
+    @property
+    def kind(self) -> type:
+        return list if isinstance(self.default, list) else type(self.default)
+
+
+PARAMS: tuple[ParamSpec, ...] = (
+    ParamSpec("server_url", "http://127.0.0.1:30000", "vla-server base URL", launch=False),
+    ParamSpec("api_key", "", "bearer token for the server ('' = none)"),
+    ParamSpec("image_topics", ["image"], "camera topics; the first one triggers requests"),
+    ParamSpec("compressed", False, "subscribe to sensor_msgs/CompressedImage, not Image"),
+    ParamSpec("instruction", "pick up the cube", "task instruction sent with every frame", True),
+    ParamSpec("unnorm_key", "", "action normalisation key of the checkpoint ('' = default)", True),
+    ParamSpec("num_actions", 1, "action vectors to generate per frame", True),
+    ParamSpec("priority", 0, "request priority (server scheduling)", True),
+    ParamSpec("session", "", "session id; open a new one per episode ('' = none)", True),
+    ParamSpec("control_rate_hz", 10.0, "controller rate: spacing of trajectory points", True),
+    ParamSpec("deadline_ms", 500.0, "frame arrival to first action budget; late: on_late", True),
+    ParamSpec("ttft_budget_ms", 250.0, "P99 time-to-first-token budget (WARN above)", True),
+    ParamSpec("itl_p99_budget_ms", 100.0, "P99 inter-token latency budget (WARN above)", True),
+    ParamSpec(
+        "on_late",
+        OnLate.HOLD.value,
+        "on a missed deadline or a failed server: hold (repeat last action), zero, or stop",
+        True,
+        choices=tuple(p.value for p in OnLate),
+    ),
+    ParamSpec(
+        "output",
+        OUTPUT_MODES[0],
+        "float64_multiarray (forward_command_controller) or joint_trajectory",
+        choices=OUTPUT_MODES,
+    ),
+    ParamSpec("joint_names", [], "joint names, in action order (checks the action width)"),
+    ParamSpec("action_topic", "commands", "topic the commands are published on"),
+    ParamSpec("max_new_tokens", 0, "token cap per request (0 = the server's choice)", True),
+    ParamSpec("diagnostics_period_s", 1.0, "seconds between /diagnostics messages"),
+    ParamSpec("latency_window", 1000, "samples in each rolling latency window"),
+)
+PARAMS_BY_NAME = {p.name: p for p in PARAMS}
+LAUNCH_PARAMS = tuple(p for p in PARAMS if p.launch)
+
+
+@dataclass(frozen=True)
+class LaunchArg:
+    name: str
+    default: str
+    description: str
+
+
+# Launch arguments that start the server and wire topics rather than set a node parameter.
+SERVER_ARGS: tuple[LaunchArg, ...] = (
+    LaunchArg("model", "", "checkpoint folder for vla-server ('' = the embedded demo model)"),
+    LaunchArg("host", "127.0.0.1", "vla-server bind address"),
+    LaunchArg("port", "30000", "vla-server HTTP port"),
+    LaunchArg("start_server", "true", "start vla-server here (false: use one already running)"),
+    LaunchArg("camera", "/camera/image_raw", "topic the node's `image` input is remapped to"),
+)
+
+
+def launch_default(spec: ParamSpec) -> str:
+    """The parameter default as launch-argument text (YAML, as launch_ros parses it)."""
+    if isinstance(spec.default, bool):
+        return "true" if spec.default else "false"
+    if isinstance(spec.default, list):
+        return "[" + ", ".join(spec.default) + "]"
+    return str(spec.default)

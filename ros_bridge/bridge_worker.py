@@ -1,0 +1,318 @@
+"""The bridge's network side: an asyncio loop on its own thread (ROS-free).
+
+Camera callbacks hand frames in with `submit()` (any thread, never blocks). The loop keeps one
+request in flight (FrameGate), streams it, hands each action to the sink the moment it arrives,
+times TTFT/ITL/first action/frame-to-action into the LatencyMonitor, and fires a deadline timer
+per frame: no action by then is a miss and the `on_late` command goes out (with `stop`, the late
+request is also cancelled). A failed server applies `on_late` once per outage and is re-probed
+with exponential backoff until `/health` and `/get_server_info` answer again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import httpx
+
+from ros_bridge.frame_gate import FrameGate, Ticket
+from ros_bridge.frame_input import PreparedImage
+from ros_bridge.late_policy import LateCommand, OnLate, late_command
+from ros_bridge.latency_monitor import LatencyMonitor
+from ros_bridge.request_body import FieldSupport, RequestSettings, build_body
+from ros_bridge.sse import StreamChunk
+from ros_bridge.stream_client import Backoff, RequestRejected, ServerUnavailable, VlaStreamClient
+
+_FAILED_FINISH = ("abort", "action_error")
+
+
+@dataclass(frozen=True)
+class FrameJob:
+    stamp: tuple[int, int]  # the trigger camera's header.stamp (sec, nanosec)
+    images: tuple[PreparedImage, ...]
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    request: RequestSettings = field(default_factory=RequestSettings)
+    deadline_ms: float = 500.0
+    on_late: OnLate = OnLate.HOLD
+    action_width: int | None = None  # len(joint_names) when configured
+
+
+class ActionSink(Protocol):
+    def publish_action(self, stamp: tuple[int, int], index: int, action: Sequence[float]) -> None:
+        """Raises ValueError when the action cannot be published (e.g. wrong width)."""
+
+    def publish_late(self, command: LateCommand) -> None: ...
+
+    def report(self, level: str, message: str) -> None: ...
+
+
+@dataclass
+class _Server:
+    ready: bool = False
+    multimodal: bool = False
+    digest: bytes | None = None
+    support: FieldSupport = field(default_factory=FieldSupport)
+
+
+class BridgeWorker:
+    def __init__(
+        self,
+        server_url: str,
+        config: WorkerConfig,
+        monitor: LatencyMonitor,
+        sink: ActionSink,
+        *,
+        api_key: str = "",
+        backoff: Backoff | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.server_url = server_url
+        self.config = config  # replaced whole (atomic) by set_config
+        self.monitor = monitor
+        self._sink = sink
+        self._api_key = api_key
+        self._backoff = backoff or Backoff()
+        self._transport = transport
+        self._gate: FrameGate[FrameJob] = FrameGate()
+        self._server = _Server()
+        self._seq = 0
+        self._rid_prefix = f"bridge-{uuid.uuid4().hex[:8]}"
+        self._last_action: tuple[float, ...] | None = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="vla-bridge-io")
+        self._task: asyncio.Task[None] | None = None
+        self._main: asyncio.Future[None] | None = None
+        self._wake = asyncio.Event()
+        self._stopping = False
+
+    # --- called from other threads -------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+        self._main = asyncio.run_coroutine_threadsafe(self._run_forever(), self._loop)
+
+    def submit(self, job: FrameJob, arrived_s: float | None = None) -> None:
+        """Queues a frame; it supersedes any frame still waiting.
+
+        `arrived_s` (time.monotonic) is when the frame reached the node, so frame-to-action
+        latency includes the callback's own decoding and hashing; default: now.
+        """
+        arrived_s = time.monotonic() if arrived_s is None else arrived_s
+        self._loop.call_soon_threadsafe(self._offer, job, arrived_s)
+
+    def set_config(self, config: WorkerConfig) -> None:
+        self.config = config
+
+    @property
+    def digest(self) -> bytes | None:
+        return self._server.digest
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """True once no frame is waiting or in flight (polls; for replay and tests)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._main is not None and self._main.done():
+                return True
+            if self._gate.in_flight is None and self._gate.waiting is None:
+                return True
+            time.sleep(0.02)
+        return False
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if not self._thread.is_alive():
+            return
+        self._loop.call_soon_threadsafe(self._shutdown)
+        if self._main is not None:
+            with contextlib.suppress(Exception):
+                self._main.result(timeout_s)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout_s)
+        self._loop.close()
+
+    # --- on the loop -----------------------------------------------------------------------
+    def _shutdown(self) -> None:
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+        self._wake.set()
+
+    def _offer(self, job: FrameJob, arrived_s: float) -> None:
+        self._seq += 1
+        deadline_s = arrived_s + self.config.deadline_ms / 1000.0
+        ticket = Ticket(self._seq, arrived_s, deadline_s, job)
+        if self._gate.offer(ticket) is not None:
+            self.monitor.count("frames_superseded")
+        self._loop.call_later(max(deadline_s - time.monotonic(), 0.0), self._on_deadline, ticket)
+        self._wake.set()
+
+    def _on_deadline(self, ticket: Ticket[FrameJob]) -> None:
+        if ticket.first_action_s is not None or ticket.superseded or ticket.missed:
+            return
+        ticket.missed = True
+        self.monitor.deadline_missed()
+        self._apply_on_late()
+        if self.config.on_late is OnLate.STOP and self._gate.in_flight is ticket and self._task:
+            self._task.cancel()
+
+    def _apply_on_late(self) -> None:
+        command = late_command(self.config.on_late, self._last_action, self.config.action_width)
+        if command is None:
+            return
+        try:
+            self._sink.publish_late(command)
+        except ValueError as exc:
+            self._sink.report("error", f"cannot send the on_late command: {exc}")
+            return
+        self.monitor.count("late_commands")
+
+    async def _run_forever(self) -> None:
+        client = VlaStreamClient(self.server_url, self._api_key, transport=self._transport)
+        async with contextlib.aclosing(client):
+            while not self._stopping:
+                await self._ensure_server(client)
+                ticket = self._gate.take(time.monotonic())
+                self.monitor.count("frames_stale", len(self._gate.drain_stale()))
+                if ticket is None:
+                    if self._gate.waiting is None:
+                        self._wake.clear()
+                        await self._wake.wait()
+                    continue
+                self._task = asyncio.create_task(self._process(client, ticket))
+                await asyncio.wait([self._task])
+                self._task = None
+                self._gate.done(ticket)
+
+    async def _ensure_server(self, client: VlaStreamClient) -> None:
+        self._backoff.reset()
+        while not self._server.ready and not self._stopping:
+            try:
+                if await client.health():
+                    self._use_server_info(await client.server_info())
+                    if self.monitor.server_up():
+                        self.monitor.count("reconnects")
+                        self._sink.report("info", f"server {self.server_url} is back")
+                    return
+                reason = "health check failed"
+            except ServerUnavailable as exc:
+                reason = str(exc)
+            self._server_failed(f"{self.server_url}: {reason}")
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stop_requested(), self._backoff.next_delay())
+
+    async def _stop_requested(self) -> None:
+        while not self._stopping:
+            await self._wake.wait()
+            self._wake.clear()
+
+    def _use_server_info(self, info: dict[str, Any]) -> None:
+        mm = info.get("mm")
+        digest = mm.get("preprocess_digest") if isinstance(mm, dict) else None
+        self._server.multimodal = isinstance(digest, str)
+        self._server.digest = bytes.fromhex(digest) if isinstance(digest, str) else None
+        self._server.ready = True
+        if not self._server.multimodal:
+            self._sink.report(
+                "warn",
+                "server has no image/action support (no 'mm' in /get_server_info): sending the "
+                "instruction only, no actions will be published",
+            )
+
+    def _server_failed(self, reason: str) -> None:
+        if self.monitor.server_down(reason):
+            self._sink.report("error", f"server unavailable: {reason}; applying on_late")
+            self._apply_on_late()
+
+    async def _process(self, client: VlaStreamClient, ticket: Ticket[FrameJob]) -> None:
+        images = tuple(image.with_digest(self._server.digest) for image in ticket.job.images)
+        rid = f"{self._rid_prefix}-{ticket.seq}"
+        while True:
+            remaining_ms = (ticket.deadline_s - time.monotonic()) * 1000.0
+            body = build_body(
+                self.config.request,
+                images,
+                rid=rid,
+                remaining_ms=remaining_ms,
+                multimodal=self._server.multimodal,
+                support=self._server.support,
+            )
+            try:
+                await self._consume(client, ticket, body)
+                return
+            except RequestRejected as exc:
+                if self._server.support.reject(exc.field):
+                    continue  # an optional field this server does not know: resend without
+                self._request_failed(f"request rejected: {exc}")
+                return
+            except ServerUnavailable as exc:
+                self._server.ready = False
+                self._request_failed(str(exc))
+                return
+
+    def _request_failed(self, reason: str) -> None:
+        self.monitor.count("frames_failed")
+        self.monitor.count("request_errors")
+        self._server_failed(reason)
+
+    async def _consume(
+        self, client: VlaStreamClient, ticket: Ticket[FrameJob], body: dict[str, Any]
+    ) -> None:
+        timing = _StreamTiming(sent_s=time.monotonic())
+        malformed_before = client.malformed_lines
+        try:
+            async for chunk in client.stream(body):
+                self._on_chunk(ticket, chunk, timing)
+                finish = chunk.finish_reason or {}
+                if finish.get("type") in _FAILED_FINISH:
+                    raise RequestRejected(0, str(finish.get("message", finish)), None)
+        finally:
+            self.monitor.count("malformed_sse_lines", client.malformed_lines - malformed_before)
+        if timing.actions:
+            self.monitor.count("frames_processed")
+        if self.monitor.server_up():
+            self._sink.report("info", "server answers again")
+
+    def _on_chunk(self, ticket: Ticket[FrameJob], chunk: StreamChunk, t: _StreamTiming) -> None:
+        now = time.monotonic()
+        if chunk.n_tokens:
+            if t.last_token_s is None:
+                self.monitor.record("ttft", (now - t.sent_s) * 1000.0)
+            else:
+                gap_ms = (now - t.last_token_s) * 1000.0 / chunk.n_tokens
+                for _ in range(chunk.n_tokens):
+                    self.monitor.record("itl", gap_ms)
+            t.last_token_s = now
+        for action in chunk.actions:
+            self._publish(ticket, t, action)
+
+    def _publish(
+        self, ticket: Ticket[FrameJob], t: _StreamTiming, action: tuple[float, ...]
+    ) -> None:
+        try:
+            self._sink.publish_action(ticket.job.stamp, t.actions, action)
+        except ValueError as exc:
+            self.monitor.count("request_errors")
+            self._sink.report("error", f"action not published: {exc}")
+            return
+        published_s = time.monotonic()
+        t.actions += 1
+        self._last_action = action
+        self.monitor.count("actions_published")
+        if ticket.first_action_s is None:
+            ticket.first_action_s = published_s
+            self.monitor.record("time_to_first_action", (published_s - t.sent_s) * 1000.0)
+            self.monitor.record("frame_to_action", (published_s - ticket.arrived_s) * 1000.0)
+
+
+@dataclass
+class _StreamTiming:
+    sent_s: float
+    last_token_s: float | None = None
+    actions: int = 0

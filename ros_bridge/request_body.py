@@ -1,0 +1,77 @@
+"""The `/generate` body the bridge sends for one frame (ROS-free).
+
+Scheduling fields (`priority`, `deadline_ms`, `supersede`, `session_params`) are newer than the
+image/action API, and the server answers an unknown field with a 400 naming it. The bridge
+therefore sends them optimistically and, on such a 400, drops the named field for good
+(`FieldSupport.reject`) and resends: it works with servers before and after the scheduler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ros_bridge.frame_input import PreparedImage
+
+OPTIONAL_FIELDS = frozenset({"priority", "deadline_ms", "supersede", "session_params"})
+TEXT_ONLY_MAX_NEW_TOKENS = 8
+
+
+@dataclass(frozen=True)
+class RequestSettings:
+    instruction: str = "pick up the cube"
+    unnorm_key: str = ""
+    num_actions: int = 1
+    priority: int = 0
+    session: str = ""
+    max_new_tokens: int = 0  # 0: the server's choice (num_actions * action_dim)
+    temperature: float = 0.0
+
+
+@dataclass
+class FieldSupport:
+    unsupported: set[str] = field(default_factory=set)
+
+    def reject(self, field_path: str | None) -> bool:
+        """Records a 400 on `field_path`; True if that was an optional field (resend without)."""
+        root = (field_path or "").split(".")[0].split("[")[0]
+        if root in OPTIONAL_FIELDS and root not in self.unsupported:
+            self.unsupported.add(root)
+            return True
+        return False
+
+
+def build_body(
+    settings: RequestSettings,
+    images: Sequence[PreparedImage],
+    *,
+    rid: str,
+    remaining_ms: float,
+    multimodal: bool,
+    support: FieldSupport,
+) -> dict[str, Any]:
+    """One streaming request. Without server image support (`multimodal=False`): text only."""
+    sampling: dict[str, Any] = {"temperature": settings.temperature}
+    body: dict[str, Any] = {"text": settings.instruction, "stream": True, "rid": rid}
+    if multimodal:
+        body["image_data"] = [image.image_data for image in images]
+        hashes = [image.mm_hash for image in images]
+        if all(h is not None for h in hashes):
+            body["mm_hashes"] = hashes
+        if settings.unnorm_key:
+            body["unnorm_key"] = settings.unnorm_key
+        body["num_actions"] = settings.num_actions
+        if settings.max_new_tokens:
+            sampling["max_new_tokens"] = settings.max_new_tokens
+    else:
+        sampling["max_new_tokens"] = settings.max_new_tokens or TEXT_ONLY_MAX_NEW_TOKENS
+    body["sampling_params"] = sampling
+    optional: dict[str, Any] = {"deadline_ms": round(max(remaining_ms, 0.0), 3)}
+    if settings.priority:
+        optional["priority"] = settings.priority
+    if settings.session:
+        optional["session_params"] = {"id": settings.session}
+        optional["supersede"] = True
+    body.update({k: v for k, v in optional.items() if k not in support.unsupported})
+    return body
