@@ -43,7 +43,7 @@ from vla_server.process_utils import (
     parent_is_gone,
     zmq_socket,
 )
-from vla_server.server_args import PortArgs, ServerArgs
+from vla_server.server_args import PortArgs, ServerArgs, default_torch_threads
 
 logger = logging.getLogger(__name__)
 
@@ -69,8 +69,7 @@ class Scheduler:
         from transformers import AutoTokenizer
 
         self.args = server_args
-        if server_args.torch_num_threads:
-            torch.set_num_threads(server_args.torch_num_threads)
+        torch.set_num_threads(server_args.torch_num_threads or default_torch_threads())
         self.runner = build_model_runner(server_args)
         self.tokenizer = AutoTokenizer.from_pretrained(server_args.resolved_tokenizer_path())
         self.kv = ReqKVManager(self.runner.req_to_token_pool, self.runner.kv_pool)

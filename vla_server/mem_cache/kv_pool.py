@@ -99,8 +99,12 @@ class TokenToKVPool:
         self.allocator = TokenSlotAllocator(size, device)
 
     @staticmethod
-    def bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
-        return 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+    def bytes_per_token(
+        num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype
+    ) -> int:
+        return (
+            2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+        )
 
     def set_kv(self, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         self.k_buffer[layer_id][loc] = k.to(self.dtype)

@@ -46,9 +46,6 @@ Token `<act_k>` has id V - 1 - k, so its name is its bin index.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
@@ -62,6 +59,7 @@ from transformers import (
     SiglipVisionConfig,
 )
 
+from vla_server.model.checkpoint_cache import cached_folder
 from vla_server.model.demo_tokenizer import (
     IMAGE,
     MODEL_MAX_LENGTH,
@@ -202,30 +200,6 @@ def make_demo_model(out_dir: Path) -> Path:
     return out_dir
 
 
-def default_cache_dir() -> Path:
-    root = os.environ.get("VLA_SERVER_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "vla-server"
-
-
 def demo_model_path(cache_dir: Path | None = None) -> Path:
-    """The demo checkpoint's folder in the cache, built on first use.
-
-    The build goes to a temporary folder beside the target and is renamed into place, so a
-    reader never sees a half-written checkpoint; when two processes race, one rename wins and
-    the other's copy is discarded.
-    """
-    parent = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = parent / DEMO_NAME
-    if target.is_dir():
-        return target
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{DEMO_NAME}.", dir=parent))
-    try:
-        make_demo_model(tmp)
-        os.rename(tmp, target)
-    except OSError:
-        if not target.is_dir():
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    """The demo checkpoint's folder in the cache, built on first use."""
+    return cached_folder(DEMO_NAME, make_demo_model, cache_dir)

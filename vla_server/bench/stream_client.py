@@ -1,0 +1,58 @@
+"""Streaming clients that time every chunk as it arrives."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+
+@dataclass
+class StreamTiming:
+    ttft: float
+    itls: list[float] = field(default_factory=list)  # gap between chunks / tokens in the chunk
+    e2e: float = 0.0
+    tokens: int = 0
+    actions_at: list[float] = field(default_factory=list)  # time of each chunk carrying actions
+    last: dict[str, Any] | None = None
+
+
+async def timed_stream(client: httpx.AsyncClient, body: dict[str, Any]) -> StreamTiming:
+    t0 = time.perf_counter()
+    prev = None
+    timing = StreamTiming(ttft=float("nan"))
+    async with client.stream("POST", "/generate", json={**body, "stream": True}) as r:
+        if r.status_code != 200:
+            raise RuntimeError(f"HTTP {r.status_code}: {(await r.aread()).decode()[:500]}")
+        async for line in r.aiter_lines():
+            if not line.startswith("data: {"):
+                continue
+            now = time.perf_counter()
+            chunk = json.loads(line[6:])
+            n = len(chunk["output_ids"])
+            if n and prev is None:
+                timing.ttft = now - t0
+            elif n and prev is not None:
+                timing.itls += [(now - prev) / n] * n
+            if n:
+                prev = now
+            if chunk.get("actions"):
+                timing.actions_at.append(now - t0)
+            timing.tokens += n
+            timing.last = chunk
+    timing.e2e = time.perf_counter() - t0
+    return timing
+
+
+async def concurrent_streams(
+    url: str, bodies: list[dict[str, Any]], headers: dict[str, str] | None = None
+) -> list[StreamTiming]:
+    limits = httpx.Limits(max_connections=len(bodies) + 4)
+    async with httpx.AsyncClient(
+        base_url=url, timeout=600, limits=limits, headers=headers
+    ) as client:
+        return await asyncio.gather(*(timed_stream(client, b) for b in bodies))
