@@ -20,9 +20,14 @@ def hf_greedy(path, ids: list[int], n: int) -> list[int]:
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     model.generation_config.eos_token_id = None
     with torch.no_grad():
-        out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, pad_token_id=0,
-                             attention_mask=torch.ones(1, len(ids), dtype=torch.long))
-    return out[0, len(ids):].tolist()
+        out = model.generate(
+            torch.tensor([ids]),
+            max_new_tokens=n,
+            do_sample=False,
+            pad_token_id=0,
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+        )
+    return out[0, len(ids) :].tolist()
 
 
 def _wait_pending(c, n: int) -> None:
@@ -34,7 +39,10 @@ def _wait_pending(c, n: int) -> None:
 
 def test_update_weights_from_disk_serves_the_new_weights(llama_path, tmp_path):
     other = make_llama(seed=5)
-    with run_server(llama_path, tmp_path, "--max-total-tokens", "2048") as server, server.client() as c:
+    with (
+        run_server(llama_path, tmp_path, "--max-total-tokens", "2048") as server,
+        server.client() as c,
+    ):
         before = c.post("/generate", json={"input_ids": PROMPT, "sampling_params": GREEDY}).json()
         assert before["output_ids"] == hf_greedy(llama_path, PROMPT, 16)
         r = c.post("/update_weights_from_disk", json={"model_path": str(other)})
@@ -46,7 +54,9 @@ def test_update_weights_from_disk_serves_the_new_weights(llama_path, tmp_path):
         assert missing.status_code == 400 and missing.json()["error"]["field"] == "model_path"
         bigger = make_llama(hidden_size=64, num_heads=2, num_kv_heads=1, intermediate_size=128)
         mismatch = c.post("/update_weights_from_disk", json={"model_path": str(bigger)})
-        assert mismatch.status_code == 400 and "different architecture" in mismatch.json()["message"]
+        assert (
+            mismatch.status_code == 400 and "different architecture" in mismatch.json()["message"]
+        )
         # a refused update keeps the previous weights
         again = c.post("/generate", json={"input_ids": PROMPT, "sampling_params": GREEDY}).json()
         assert again["output_ids"] == after["output_ids"]
@@ -69,7 +79,9 @@ def test_pause_abort_mode_and_continue(server):
         t1.join(30)
         assert results["inflight"]["meta_info"]["finish_reason"]["type"] == "abort"
         # while paused a new request waits in the TokenizerManager, before dispatch
-        t2 = threading.Thread(target=request, args=("queued", {"text": "pick", "sampling_params": GREEDY}))
+        t2 = threading.Thread(
+            target=request, args=("queued", {"text": "pick", "sampling_params": GREEDY})
+        )
         t2.start()
         _wait_pending(c, 1)
         time.sleep(0.3)
@@ -88,8 +100,14 @@ def test_flush_cache_is_refused_while_requests_run(server):
 
         def stream() -> None:
             with server.client() as c2:
-                c2.post("/generate", json={"text": "pick", "stream": True,
-                                           "sampling_params": {"max_new_tokens": 300, "ignore_eos": True}})
+                c2.post(
+                    "/generate",
+                    json={
+                        "text": "pick",
+                        "stream": True,
+                        "sampling_params": {"max_new_tokens": 300, "ignore_eos": True},
+                    },
+                )
             done.set()
 
         threading.Thread(target=stream).start()

@@ -37,30 +37,47 @@ def hf_reference(model_path: object, prompts: list[list[int]]) -> list[dict]:
         x = torch.tensor([ids])
         with torch.no_grad():
             out = model.generate(
-                x, max_new_tokens=NEW_TOKENS, do_sample=False, output_logits=True,
-                return_dict_in_generate=True, pad_token_id=0,
+                x,
+                max_new_tokens=NEW_TOKENS,
+                do_sample=False,
+                output_logits=True,
+                return_dict_in_generate=True,
+                pad_token_id=0,
             )
             prompt_logits = model(x).logits[0]
         step_logits = torch.stack(out.logits, dim=1)[0]  # [new, V]
-        refs.append({
-            "tokens": out.sequences[0, len(ids):].tolist(),
-            "step_logprobs": torch.log_softmax(step_logits.float(), -1),
-            "step_logits": step_logits,
-            "prompt_logprobs": torch.log_softmax(prompt_logits.float(), -1),
-        })
+        refs.append(
+            {
+                "tokens": out.sequences[0, len(ids) :].tolist(),
+                "step_logprobs": torch.log_softmax(step_logits.float(), -1),
+                "step_logits": step_logits,
+                "prompt_logprobs": torch.log_softmax(prompt_logits.float(), -1),
+            }
+        )
     return refs
 
 
 async def _generate_all(server: object, prompts: list[list[int]]) -> list[dict]:
     async with server.async_client() as client:  # type: ignore[attr-defined]
+
         async def one(ids: list[int]) -> dict:
-            r = await client.post("/generate", json={
-                "input_ids": ids,
-                "sampling_params": {"max_new_tokens": NEW_TOKENS, "temperature": 0, "ignore_eos": True},
-                "return_logprob": True, "logprob_start_len": 0, "top_logprobs_num": 2,
-            })
+            r = await client.post(
+                "/generate",
+                json={
+                    "input_ids": ids,
+                    "sampling_params": {
+                        "max_new_tokens": NEW_TOKENS,
+                        "temperature": 0,
+                        "ignore_eos": True,
+                    },
+                    "return_logprob": True,
+                    "logprob_start_len": 0,
+                    "top_logprobs_num": 2,
+                },
+            )
             assert r.status_code == 200, r.text
             return r.json()
+
         return await asyncio.gather(*(one(p) for p in prompts))
 
 
@@ -72,8 +89,12 @@ def _compare(ref: dict, out: dict, prompt: list[int]) -> list[str]:
         if a != b:
             top2 = torch.topk(ref["step_logits"][step], 2).values
             gap = float(top2[0] - top2[1])
-            assert gap < TIE_GAP, f"token {step}: server {a} vs transformers {b}, top-2 gap {gap:.2e}"
-            notes.append(f"excused divergence at token {step}: reference top-2 gap {gap:.2e} < {TIE_GAP}")
+            assert gap < TIE_GAP, (
+                f"token {step}: server {a} vs transformers {b}, top-2 gap {gap:.2e}"
+            )
+            notes.append(
+                f"excused divergence at token {step}: reference top-2 gap {gap:.2e} < {TIE_GAP}"
+            )
             return notes  # after a legitimate tie the continuations may differ
         lp = out["meta_info"]["output_token_logprobs"][step]
         assert lp[1] == a
@@ -96,7 +117,9 @@ def test_greedy_matches_transformers(make, tmp_path):
     prompts = [tok(p)["input_ids"] for p in PROMPTS]
     assert len({len(p) for p in prompts}) >= 6, "prompts must have different lengths"
     refs = hf_reference(path, prompts)
-    with run_server(path, tmp_path, "--max-running-requests", "8", "--max-total-tokens", "4096") as server:
+    with run_server(
+        path, tmp_path, "--max-running-requests", "8", "--max-total-tokens", "4096"
+    ) as server:
         outs = asyncio.run(_generate_all(server, prompts))
     notes = []
     for ref, out, prompt in zip(refs, outs, prompts, strict=True):

@@ -32,7 +32,9 @@ def test_generate_stream_and_batch(engine):
 def test_async_generate_from_another_loop(engine):
     async def main() -> tuple[dict, list[dict]]:
         single = await engine.async_generate(text="open the drawer", sampling_params=GREEDY)
-        stream = await engine.async_generate(text="open the drawer", sampling_params=GREEDY, stream=True)
+        stream = await engine.async_generate(
+            text="open the drawer", sampling_params=GREEDY, stream=True
+        )
         chunks = [c async for c in stream]
         return single, chunks
 
@@ -51,7 +53,9 @@ def test_bad_input_raises_and_leaves_nothing(engine):
 
 
 def test_stream_closed_early_aborts_in_the_scheduler(engine):
-    stream = engine.generate(text="pick", sampling_params={"max_new_tokens": 500, "ignore_eos": True}, stream=True)
+    stream = engine.generate(
+        text="pick", sampling_params={"max_new_tokens": 500, "ignore_eos": True}, stream=True
+    )
     next(stream)
     stream.close()
     for _ in range(200):

@@ -266,16 +266,26 @@ def test_stop_strings_and_stop_token_ids(server):
         stop = text[len(text) // 2 : len(text) // 2 + 3]
         assert stop.strip() and text.find(stop) > 0
         for stream in (False, True):
-            body = {"text": "move the arm", "stream": stream, "sampling_params": {**base, "stop": [stop]}}
+            body = {
+                "text": "move the arm",
+                "stream": stream,
+                "sampling_params": {**base, "stop": [stop]},
+            }
             r = c.post("/generate", json=body)
             if stream:
                 chunks = sse_chunks(r)
-                got, fin = "".join(ch["text"] for ch in chunks), chunks[-1]["meta_info"]["finish_reason"]
+                got, fin = (
+                    "".join(ch["text"] for ch in chunks),
+                    chunks[-1]["meta_info"]["finish_reason"],
+                )
             else:
                 got, fin = r.json()["text"], r.json()["meta_info"]["finish_reason"]
             assert got == text[: text.find(stop)]
             assert fin == {"type": "stop", "matched": stop}
         tid = ids[4]
-        r = c.post("/generate", json={"text": "move the arm", "sampling_params": {**base, "stop_token_ids": [tid]}}).json()
+        r = c.post(
+            "/generate",
+            json={"text": "move the arm", "sampling_params": {**base, "stop_token_ids": [tid]}},
+        ).json()
         assert r["output_ids"] == ids[: ids.index(tid) + 1]
         assert r["meta_info"]["finish_reason"] == {"type": "stop", "matched": tid}

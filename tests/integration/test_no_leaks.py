@@ -25,7 +25,9 @@ async def _rejections(client: httpx.AsyncClient, n: int) -> int:
     async def one(i: int) -> int:
         async with sem:
             if i % 6 == 5:
-                r = await client.post("/generate", content=b'{"text": ', headers={"content-type": "application/json"})
+                r = await client.post(
+                    "/generate", content=b'{"text": ', headers={"content-type": "application/json"}
+                )
             else:
                 r = await client.post("/generate", json=BAD_BODIES[i % 6 % len(BAD_BODIES)])
             return r.status_code
@@ -37,8 +39,11 @@ async def _rejections(client: httpx.AsyncClient, n: int) -> int:
 
 async def _disconnecting_streams(client: httpx.AsyncClient, n: int) -> int:
     sem = asyncio.Semaphore(16)
-    body = {"text": "pick up the cube", "stream": True,
-            "sampling_params": {"max_new_tokens": 300, "ignore_eos": True}}
+    body = {
+        "text": "pick up the cube",
+        "stream": True,
+        "sampling_params": {"max_new_tokens": 300, "ignore_eos": True},
+    }
 
     async def one() -> bool:
         async with sem, client.stream("POST", "/generate", json=body) as r:
@@ -72,6 +77,15 @@ def test_rejections_and_disconnects_leave_nothing_behind(server):
             time.sleep(0.2)
         assert before == {"pending": 0, "kv_used": 0}
         metrics = c.get("/metrics").text
-        aborted = next(ln for ln in metrics.splitlines() if ln.startswith('vla_requests_total{finish="abort"}'))
-        assert float(aborted.split()[-1]) >= 200  # every disconnect reached the scheduler as an abort
-        assert c.post("/generate", json={"text": "pick", "sampling_params": {"max_new_tokens": 4}}).status_code == 200
+        aborted = next(
+            ln for ln in metrics.splitlines() if ln.startswith('vla_requests_total{finish="abort"}')
+        )
+        assert (
+            float(aborted.split()[-1]) >= 200
+        )  # every disconnect reached the scheduler as an abort
+        assert (
+            c.post(
+                "/generate", json={"text": "pick", "sampling_params": {"max_new_tokens": 4}}
+            ).status_code
+            == 200
+        )

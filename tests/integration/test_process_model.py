@@ -32,9 +32,15 @@ def test_exactly_three_processes_and_sigterm_leaves_nothing(llama_path, tmp_path
         ipc_dir = server.ipc_dir()
         assert ipc_dir.stat().st_mode & 0o777 == 0o700
         assert sorted(p.name for p in ipc_dir.iterdir()) == [
-            "detokenizer", "rpc", "scheduler_input", "tokenizer",
+            "detokenizer",
+            "rpc",
+            "scheduler_input",
+            "tokenizer",
         ]
-        everyone = [psutil.Process(server.proc.pid), *psutil.Process(server.proc.pid).children(recursive=True)]
+        everyone = [
+            psutil.Process(server.proc.pid),
+            *psutil.Process(server.proc.pid).children(recursive=True),
+        ]
         server.proc.send_signal(signal.SIGTERM)
         code = server.wait_exit(15)
         assert code is not None, "SIGTERM did not stop the node"
@@ -97,7 +103,10 @@ def test_startup_failure_fails_fast_with_the_reason(llama_path, tmp_path):
     bad = tmp_path / "broken-model"
     shutil.copytree(llama_path, bad)
     (bad / "model.safetensors").write_bytes(b"not a safetensors file")
-    with pytest.raises(RuntimeError, match="server exited with 1"), run_server(bad, tmp_path, *ARGS):
+    with (
+        pytest.raises(RuntimeError, match="server exited with 1"),
+        run_server(bad, tmp_path, *ARGS),
+    ):
         pass
     log = next(tmp_path.glob("server-*.log")).read_text()
     assert "scheduler failed to start" in log

@@ -1,4 +1,4 @@
-"""Incremental detokenisation: never a broken UTF-8 character, stop strings held back and trimmed."""
+"""Incremental detokenisation: no broken UTF-8 characters; stop strings held back and trimmed."""
 
 from __future__ import annotations
 
@@ -20,15 +20,27 @@ def tok():
     return make_tokenizer()
 
 
-def _feed(dec: IncrementalDecoder, ids: list[int], rid: str = "r", stops: list[str] | None = None,
-          finish: dict | None = None, context: list[int] | None = None) -> list[str]:
+def _feed(
+    dec: IncrementalDecoder,
+    ids: list[int],
+    rid: str = "r",
+    stops: list[str] | None = None,
+    finish: dict | None = None,
+    context: list[int] | None = None,
+) -> list[str]:
     ctx = context or []
     out = []
     for i, t in enumerate(ids):
         last = i == len(ids) - 1
         new = ctx + [t] if i == 0 else [t]
-        item = DecodeInput(rid, new, len(ctx) if i == 0 else 0, True, stops or [],
-                           (finish or {"type": "length"}) if last else None)
+        item = DecodeInput(
+            rid,
+            new,
+            len(ctx) if i == 0 else 0,
+            True,
+            stops or [],
+            (finish or {"type": "length"}) if last else None,
+        )
         out += dec.step([item])
     return out
 
@@ -46,11 +58,14 @@ def test_token_by_token_equals_full_decode_without_broken_chars(tok, text):
 def test_batch_of_requests_decodes_each_independently(tok):
     dec = IncrementalDecoder(tok, len(tok))
     seqs = {f"r{i}": tok(t)["input_ids"] for i, t in enumerate(TEXTS)}
-    out = {rid: "" for rid in seqs}
+    out = dict.fromkeys(seqs, "")
     for step in range(max(len(s) for s in seqs.values())):
         items = [
-            DecodeInput(rid, [ids[step]], 0, True, [], {"type": "length"} if step == len(ids) - 1 else None)
-            for rid, ids in seqs.items() if step < len(ids)
+            DecodeInput(
+                rid, [ids[step]], 0, True, [], {"type": "length"} if step == len(ids) - 1 else None
+            )
+            for rid, ids in seqs.items()
+            if step < len(ids)
         ]
         for item, chunk in zip(items, dec.step(items), strict=True):
             out[item.rid] += chunk
@@ -62,7 +77,7 @@ def test_left_context_is_not_emitted(tok):
     ids = tok(" hello there")["input_ids"]
     dec = IncrementalDecoder(tok, len(tok))
     full = tok.decode(prompt[-3:] + ids)
-    assert "".join(_feed(dec, ids, context=prompt[-3:])) == full[len(tok.decode(prompt[-3:])):]
+    assert "".join(_feed(dec, ids, context=prompt[-3:])) == full[len(tok.decode(prompt[-3:])) :]
 
 
 def test_stop_string_is_held_back_then_trimmed(tok):
