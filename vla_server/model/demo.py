@@ -30,9 +30,10 @@ not the appended tokens: use `len(tokenizer)`.)
       "action_dim": 7,               # tokens per action (one per dimension)
       "min_action": -1.0,            # bins are uniform over [min_action, max_action]
       "max_action": 1.0,
-      "bin_token_ids": null,         # null: the bins are the last n_bins ids of the unpadded
-                                     # tokenizer vocabulary (OpenVLA); an int: the first id of
-                                     # n_bins contiguous ids
+      "bin_token_ids": {"first": 435},  # the first of n_bins contiguous ids; null would mean
+                                     # the last n_bins ids of the tokenizer's base vocabulary
+                                     # (OpenVLA). The demo's bins are added tokens, outside the
+                                     # base vocabulary, so it names them explicitly.
       "norm_stats": {                # per robot ("unnorm key"), per dimension
         "<robot>": {"action": {"q01": [7 floats], "q99": [7 floats], "mask": [7 bools]}}
       }
@@ -67,7 +68,7 @@ from vla_server.model.demo_tokenizer import (
     build_demo_tokenizer,
 )
 
-DEMO_NAME = "demo-vla-v1"  # bump the version whenever the recipe changes: the cache rebuilds
+DEMO_NAME = "demo-vla-v2"  # bump the version whenever the recipe changes: the cache rebuilds
 IMAGE_SIZE, PATCH_SIZE = 224, 16
 ACTION_DIM = 7
 SEED = 1234
@@ -171,13 +172,13 @@ def demo_processor(tokenizer: PreTrainedTokenizerFast) -> LlavaProcessor:
     )
 
 
-def action_tokenizer_config() -> dict:
+def action_tokenizer_config(tokenizer: PreTrainedTokenizerFast) -> dict:
     return {
         "n_bins": N_ACTION_BINS,
         "action_dim": ACTION_DIM,
         "min_action": -1.0,
         "max_action": 1.0,
-        "bin_token_ids": None,
+        "bin_token_ids": {"first": len(tokenizer) - N_ACTION_BINS},
         "norm_stats": NORM_STATS,
     }
 
@@ -193,7 +194,7 @@ def make_demo_model(out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
     demo_processor(tokenizer).save_pretrained(out_dir)
-    text = json.dumps(action_tokenizer_config(), indent=2) + "\n"
+    text = json.dumps(action_tokenizer_config(tokenizer), indent=2) + "\n"
     (out_dir / "action_tokenizer.json").write_text(text, encoding="utf-8")
     n_params = sum(p.numel() for p in model.parameters())
     print(f"vla-server: demo VLA ready ({n_params / 1e6:.2f}M parameters)", flush=True)

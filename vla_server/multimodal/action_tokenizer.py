@@ -40,14 +40,19 @@ class ActionDecodeError(ValueError):
 
 
 class ActionTokenizer:
-    def __init__(self, spec: ActionSpec, tokenizer_vocab_size: int):
+    def __init__(
+        self, spec: ActionSpec, tokenizer_vocab_size: int, total_vocab_size: int | None = None
+    ):
+        # Default bins end the base vocabulary (OpenVLA); explicit bins may be added tokens,
+        # which lie beyond it but within the tokenizer's total size (len(tokenizer)).
         first = spec.first_bin_token_id
         if first is None:
             first = tokenizer_vocab_size - spec.n_bins
-        if first < 0 or first + spec.n_bins > tokenizer_vocab_size:
+        limit = max(tokenizer_vocab_size, total_vocab_size or 0)
+        if first < 0 or first + spec.n_bins > limit:
             raise ValueError(
                 f"{spec.source}: action bins {first}..{first + spec.n_bins - 1} do not fit in "
-                f"the tokenizer vocabulary of {tokenizer_vocab_size} ids"
+                f"the tokenizer vocabulary of {limit} ids"
             )
         self.spec = spec
         self.first = first
@@ -62,11 +67,14 @@ class ActionTokenizer:
         tokenizer_vocab_size: int,
         *,
         reserved_token_ids: Iterable[int] = (),
+        total_vocab_size: int | None = None,
     ) -> ActionTokenizer | None:
         """The checkpoint's action tokenizer, or None when it declares no action tokens.
 
         ``tokenizer_vocab_size``: the tokenizer's base vocabulary size (HF ``tokenizer.vocab_size``,
         which excludes added tokens) -- never the model's padded embedding size.
+        ``total_vocab_size``: ``len(tokenizer)``, the bound for bins the checkpoint names
+        explicitly (``bin_token_ids: {"first": id}``), which may be added tokens.
         ``reserved_token_ids``: ids that must not be bins (special and added tokens, the image
         token); an overlap means the bins were counted from the wrong vocabulary size.
         """
@@ -74,7 +82,7 @@ class ActionTokenizer:
         if spec is None:
             return None
         _check_base_vocab(Path(folder), tokenizer_vocab_size)
-        tokenizer = cls(spec, tokenizer_vocab_size)
+        tokenizer = cls(spec, tokenizer_vocab_size, total_vocab_size)
         clashes = sorted(t for t in set(reserved_token_ids) if tokenizer.is_bin(t))
         if clashes:
             raise ValueError(
