@@ -1,0 +1,106 @@
+"""A scripted stand-in for vla-server's HTTP API (httpx.MockTransport), for worker unit tests.
+
+It speaks the documented request/stream API (notes: `/generate` SSE chunks with `actions`,
+`/get_server_info` -> mm.preprocess_digest, 400 naming an unknown field) and records every
+request body, so tests check what the bridge sent and what it did with the answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+DIGEST_HEX = "00112233445566778899aabbccddeeff"
+
+
+@dataclass
+class FakeServer:
+    action_dim: int = 3
+    token_delay_s: float = 0.005
+    first_token_delay_s: float = 0.0
+    up: bool = True
+    multimodal: bool = True
+    known_fields: set[str] = field(
+        default_factory=lambda: {
+            "text", "stream", "rid", "image_data", "mm_hashes", "unnorm_key", "num_actions",
+            "sampling_params",
+        }
+    )  # fmt: skip
+    extra_lines: list[str] = field(default_factory=list)  # sent before the first chunk
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+    finish: dict[str, Any] | None = None  # overrides the last chunk's finish_reason
+
+    @property
+    def accepted(self) -> list[dict[str, Any]]:
+        """The request bodies answered with a stream (not rejected for an unknown field)."""
+        return [b for b in self.bodies if set(b) <= self.known_fields]
+
+    def transport(self) -> httpx.MockTransport:
+        return httpx.MockTransport(self.handle)
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        if not self.up:
+            raise httpx.ConnectError("connection refused", request=request)
+        if request.url.path == "/health":
+            return httpx.Response(200, json={"status": "ok"})
+        if request.url.path == "/get_server_info":
+            info: dict[str, Any] = {"port": 1}
+            if self.multimodal:
+                info["mm"] = {"preprocess_digest": DIGEST_HEX}
+            return httpx.Response(200, json=info)
+        body = json.loads(request.content)
+        self.bodies.append(body)
+        unknown = sorted(set(body) - self.known_fields)
+        if unknown:
+            error = {"message": f"unknown field `{unknown[0]}`", "field": unknown[0]}
+            return httpx.Response(400, json={"error": error})
+        return httpx.Response(
+            200, headers={"content-type": "text/event-stream"}, content=self._events(body)
+        )
+
+    async def _events(self, body: dict[str, Any]) -> AsyncIterator[bytes]:
+        for line in self.extra_lines:
+            yield (line + "\n\n").encode()
+        n_actions = body.get("num_actions", 0) if "image_data" in body else 0
+        n_tokens = n_actions * self.action_dim or body["sampling_params"]["max_new_tokens"]
+        await asyncio.sleep(self.first_token_delay_s)
+        for i in range(n_tokens):
+            if not self.up:
+                return  # the connection drops mid-stream
+            await asyncio.sleep(self.token_delay_s)
+            done = (i + 1) % self.action_dim == 0 and n_actions
+            action = [float(i // self.action_dim)] * self.action_dim if done else None
+            last = i == n_tokens - 1
+            finish = (self.finish or {"type": "length"}) if last else None
+            chunk = {
+                "text": "t",
+                "output_ids": [i],
+                "actions": [action] if action else [],
+                "meta_info": {"finish_reason": finish},
+            }
+            yield f"data: {json.dumps(chunk)}\n\n".encode()
+        yield b"data: [DONE]\n\n"
+
+
+@dataclass
+class RecordingSink:
+    actions: list[tuple[tuple[int, int], int, tuple[float, ...]]] = field(default_factory=list)
+    late: list[Any] = field(default_factory=list)
+    reports: list[tuple[str, str]] = field(default_factory=list)
+    reject_width: int | None = None
+
+    def publish_action(self, stamp: tuple[int, int], index: int, action: Any) -> None:
+        if self.reject_width is not None and len(action) != self.reject_width:
+            raise ValueError("wrong width")
+        self.actions.append((stamp, index, tuple(action)))
+
+    def publish_late(self, command: Any) -> None:
+        self.late.append(command)
+
+    def report(self, level: str, message: str) -> None:
+        self.reports.append((level, message))

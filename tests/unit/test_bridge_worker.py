@@ -1,0 +1,167 @@
+"""BridgeWorker against a scripted server: actions, supersession, deadlines, faults, fields."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pytest
+
+from ros_bridge.bags.frame import raw_frame
+from ros_bridge.bridge_worker import BridgeWorker, FrameJob, WorkerConfig
+from ros_bridge.frame_input import prepare_image
+from ros_bridge.late_policy import LateCommand, OnLate
+from ros_bridge.latency_monitor import LatencyMonitor, Level
+from ros_bridge.request_body import RequestSettings
+from ros_bridge.stream_client import Backoff
+from tests.unit.bridge_fakes import DIGEST_HEX, FakeServer, RecordingSink
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.005)
+
+
+def job(stamp_sec: int, value: int = 0) -> FrameJob:
+    pixels = np.full((4, 4, 3), value, np.uint8)
+    return FrameJob((stamp_sec, 0), (prepare_image(raw_frame("/c", 1, pixels, "rgb8"), None),))
+
+
+@pytest.fixture
+def make_worker() -> Iterator[Callable[..., tuple[BridgeWorker, RecordingSink]]]:
+    workers: list[BridgeWorker] = []
+
+    def make(server: FakeServer, **config: object) -> tuple[BridgeWorker, RecordingSink]:
+        sink = RecordingSink()
+        request = RequestSettings(num_actions=2, session=str(config.pop("session", "")))
+        worker = BridgeWorker(
+            "http://vla", WorkerConfig(request=request, **config), LatencyMonitor(), sink,
+            backoff=Backoff(initial_s=0.01, max_s=0.05), transport=server.transport(),
+        )  # fmt: skip
+        worker.start()
+        workers.append(worker)
+        return worker, sink
+
+    yield make
+    for worker in workers:
+        worker.stop()
+
+
+def test_actions_are_published_in_order_with_the_frame_stamp(make_worker) -> None:
+    server = FakeServer(action_dim=3)
+    worker, sink = make_worker(server, deadline_ms=30_000.0)
+    worker.submit(job(11, value=9))
+    wait_for(lambda: worker.monitor.counters["frames_processed"] == 1)
+    assert sink.actions == [((11, 0), 0, (0.0,) * 3), ((11, 0), 1, (1.0,) * 3)]
+    (body,) = server.accepted
+    expected = prepare_image(raw_frame("/c", 1, np.full((4, 4, 3), 9, np.uint8), "rgb8"),
+                             bytes.fromhex(DIGEST_HEX))  # fmt: skip
+    assert body["mm_hashes"] == [expected.mm_hash] and body["num_actions"] == 2
+    counts = worker.monitor.percentiles()
+    assert counts["ttft"]["n"] == 1 and counts["itl"]["n"] == 5
+    assert counts["frame_to_action"]["n"] == counts["time_to_first_action"]["n"] == 1
+    assert counts["frame_to_action"]["p50_ms"] >= counts["time_to_first_action"]["p50_ms"]
+    assert sink.late == [] and worker.monitor.counters["deadline_misses"] == 0
+
+
+def test_newer_frame_supersedes_the_waiting_one(make_worker) -> None:
+    server = FakeServer(token_delay_s=0.05)
+    worker, sink = make_worker(server, deadline_ms=30_000.0)
+    worker.submit(job(1))
+    wait_for(lambda: len(server.accepted) == 1)
+    worker.submit(job(2))
+    worker.submit(job(3))
+    assert worker.wait_idle(30)
+    assert sorted({stamp for stamp, _, _ in sink.actions}) == [(1, 0), (3, 0)]
+    assert worker.monitor.counters["frames_superseded"] == 1
+    assert worker.monitor.counters["frames_processed"] == 2
+
+
+def test_missed_deadline_applies_hold_and_the_late_actions_still_arrive(make_worker) -> None:
+    server = FakeServer(token_delay_s=0.0)
+    worker, sink = make_worker(server, deadline_ms=150.0, on_late=OnLate.HOLD)
+    worker.submit(job(1))
+    wait_for(lambda: worker.monitor.counters["frames_processed"] == 1)
+    server.first_token_delay_s = 0.6
+    worker.submit(job(2))
+    wait_for(lambda: worker.monitor.counters["frames_processed"] == 2)
+    assert sink.late == [LateCommand(OnLate.HOLD, sink.actions[1][2])]  # the last action held
+    assert [stamp for stamp, _, _ in sink.actions] == [(1, 0), (1, 0), (2, 0), (2, 0)]
+    assert worker.monitor.counters["deadline_misses"] == 1
+    assert {r.name: r.level for r in worker.monitor.statuses()}["latency"] is Level.ERROR
+
+
+def test_stop_policy_cancels_the_late_request(make_worker) -> None:
+    server = FakeServer(first_token_delay_s=1.0)
+    worker, sink = make_worker(server, deadline_ms=100.0, on_late=OnLate.STOP)
+    worker.submit(job(1))
+    wait_for(lambda: sink.late == [LateCommand(OnLate.STOP, None)])
+    assert worker.wait_idle(10)
+    assert sink.actions == []
+    assert worker.monitor.counters["frames_processed"] == 0
+
+
+def test_server_down_applies_on_late_once_then_recovers(make_worker) -> None:
+    server = FakeServer(token_delay_s=0.0)
+    worker, sink = make_worker(server, deadline_ms=30_000.0, on_late=OnLate.ZERO,
+                               action_width=3)  # fmt: skip
+    worker.submit(job(1))
+    wait_for(lambda: worker.monitor.counters["frames_processed"] == 1)
+    server.up = False
+    worker.submit(job(2))
+    wait_for(lambda: not worker.monitor.server_is_up)
+    time.sleep(0.2)  # several backoff rounds while down
+    assert sink.late == [LateCommand(OnLate.ZERO, (0.0, 0.0, 0.0))]
+    levels = {r.name: r.level for r in worker.monitor.statuses()}
+    assert levels["inference server"] is Level.ERROR
+    server.up = True
+    worker.submit(job(3))
+    wait_for(lambda: worker.monitor.counters["frames_processed"] == 2)
+    assert worker.monitor.server_is_up and worker.monitor.counters["reconnects"] == 1
+    assert sink.actions[-1][0] == (3, 0)
+    assert any("back" in message for _, message in sink.reports)
+
+
+def test_optional_fields_unknown_to_the_server_are_dropped_once(make_worker) -> None:
+    server = FakeServer(token_delay_s=0.0)
+    worker, _ = make_worker(server, deadline_ms=30_000.0, session="episode-1")
+    worker.submit(job(1))
+    wait_for(lambda: worker.monitor.counters["frames_processed"] == 1)
+    worker.submit(job(2))
+    wait_for(lambda: worker.monitor.counters["frames_processed"] == 2)
+    # deadline_ms, session_params, supersede: one 400 each, then never sent again
+    assert len(server.bodies) - len(server.accepted) == 3
+    assert len(server.accepted) == 2
+    assert worker.monitor.counters["request_errors"] == 0
+
+
+def test_rejected_request_is_an_error_until_one_succeeds(make_worker) -> None:
+    server = FakeServer(token_delay_s=0.0, finish={"type": "action_error", "message": "bad key"})
+    worker, sink = make_worker(server, deadline_ms=30_000.0, on_late=OnLate.STOP)
+    worker.submit(job(1))
+    wait_for(lambda: worker.monitor.counters["request_errors"] == 1)
+    assert not worker.monitor.server_is_up and sink.late == [LateCommand(OnLate.STOP, None)]
+    server.finish = None
+    worker.submit(job(2))
+    wait_for(lambda: worker.monitor.server_is_up)
+
+
+def test_malformed_sse_lines_reach_the_monitor(make_worker) -> None:
+    server = FakeServer(token_delay_s=0.0, extra_lines=["data: {broken", "what is this"])
+    worker, sink = make_worker(server, deadline_ms=30_000.0)
+    worker.submit(job(1))
+    wait_for(lambda: worker.monitor.counters["frames_processed"] == 1)
+    assert worker.monitor.counters["malformed_sse_lines"] == 2 and len(sink.actions) == 2
+
+
+def test_text_only_server_gets_the_instruction_only(make_worker) -> None:
+    server = FakeServer(token_delay_s=0.0, multimodal=False)
+    worker, sink = make_worker(server, deadline_ms=30_000.0)
+    worker.submit(job(1))
+    assert worker.wait_idle(10)
+    wait_for(lambda: len(server.bodies) >= 1)
+    assert "image_data" not in server.bodies[0] and sink.actions == []
+    assert any(level == "warn" and "no image/action support" in m for level, m in sink.reports)
