@@ -48,6 +48,15 @@ class _Msg(msgspec.Struct, tag=True, kw_only=True, array_like=True):
 # ---- TokenizerManager -> Scheduler (request ring) -------------------------------------------
 
 
+class MMItem(msgspec.Struct, array_like=True):
+    """One image of a request: its identity, where its tokens sit, and its pixels."""
+
+    hash: str  # 32 hex chars: the 128-bit image hash (keys the embedding cache)
+    offset: int  # first image-token position in input_ids
+    length: int  # number of image-token positions
+    pixel_values: Tensor  # float32 [3, H, W], preprocessed
+
+
 class TokenizedGenerateReqInput(_Msg):
     rid: str
     input_ids: list[int]
@@ -58,6 +67,9 @@ class TokenizedGenerateReqInput(_Msg):
     top_logprobs_num: int = 0
     stream: bool = False
     received_time: float = 0.0
+    mm_items: list[MMItem] = []
+    num_actions: int = 0  # > 0: sampling is constrained to action-bin tokens
+    unnorm_key: str | None = None
 
 
 class BatchTokenizedGenerateReqInput(_Msg):
@@ -140,6 +152,8 @@ class SchedulerStats(msgspec.Struct, array_like=True):
     num_waiting_reqs: int
     kv_used_tokens: int
     kv_total_tokens: int
+    mm_cache_hits: int = 0  # cumulative, images whose embedding came from the cache
+    mm_cache_misses: int = 0  # cumulative, images that went through the vision tower
 
 
 class BatchTokenIDOutput(_Msg):
@@ -152,6 +166,8 @@ class BatchTokenIDOutput(_Msg):
     metas: list[ReqOutputMeta]
     logprobs: list[Logprobs | None]
     stats: SchedulerStats
+    action_keys: list[str | None] = []  # per request: its unnorm key, when it decodes actions
+    wants_actions: list[bool] = []
 
 
 class BatchStrOutput(_Msg):
@@ -162,6 +178,8 @@ class BatchStrOutput(_Msg):
     metas: list[ReqOutputMeta]
     logprobs: list[Logprobs | None]
     stats: SchedulerStats
+    actions: list[list[list[float]]] = []  # per request: action vectors completed since last send
+    num_actions: list[int] = []  # per request: actions completed so far
 
 
 # ---- codec -----------------------------------------------------------------------------------

@@ -38,6 +38,20 @@ class ServerMetrics:
             buckets=CONTROL_LOOP_BUCKETS,
             registry=r,
         )
+        self.ttfa = Histogram(
+            "vla_time_to_first_action_seconds",
+            "Request arrival to its first completed action vector",
+            buckets=CONTROL_LOOP_BUCKETS,
+            registry=r,
+        )
+        self.mm_cache_hits = Gauge(
+            "vla_mm_embedding_cache_hits",
+            "Images served from the vision-embedding cache",
+            registry=r,
+        )
+        self.mm_cache_misses = Gauge(
+            "vla_mm_embedding_cache_misses", "Images that went through the vision tower", registry=r
+        )
         self.queue_time = Histogram(
             "vla_queue_time_seconds",
             "Scheduler arrival to first forward",

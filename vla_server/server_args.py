@@ -37,6 +37,14 @@ class ServerArgs:
     )
     log_level: str = _opt("info", "logging level")
     random_seed: int = _opt(0, "seed of the scheduler's sampler")
+    max_image_bytes: int = _opt(20 * 1024 * 1024, "largest encoded image accepted, in bytes")
+    max_image_pixels: int = _opt(4096 * 4096, "largest image accepted, in pixels (from its header)")
+    max_images_per_request: int = _opt(8, "most images (cameras) in one request")
+    allowed_local_media_path: str | None = _opt(
+        None, "serve local image paths inside this folder (off by default)"
+    )
+    allow_remote_media: bool = _opt(False, "fetch http(s) image URLs (off by default)")
+    mm_embedding_cache_mb: float = _opt(256.0, "byte budget of the vision-embedding cache, MB")
     watchdog_interval: float = _opt(0.2, "seconds between child liveness checks")
     graceful_shutdown_timeout: float = _opt(5.0, "seconds SIGTERM waits for in-flight requests")
 

@@ -19,7 +19,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from vla_server.managers.detokenizer_manager import run_detokenizer_process
-from vla_server.managers.generate_request import GenerateReqInput, ModelLimits, from_kwargs
+from vla_server.managers.generate_request import GenerateReqInput, from_kwargs
 from vla_server.managers.scheduler import run_scheduler_process
 from vla_server.managers.tokenizer_manager import TokenizerManager
 from vla_server.managers.watchdog import SubprocessWatchdog
@@ -102,13 +102,13 @@ def launch_node(server_args: ServerArgs) -> Node:
             args, port_args, AutoTokenizer.from_pretrained(args.resolved_tokenizer_path())
         )
         info = wait_for_scheduler_ready(reader, procs)
+        tm.set_model_info(info)
     except BaseException:
         stop_processes(procs)
         if tm is not None:
             tm.close()
         port_args.cleanup()
         raise
-    tm.limits = ModelLimits(info["vocab_size"], info["hidden_size"], info["context_len"])
     logger.info(
         "node ready: model %s, KV pool %d tokens, context %d",
         args.model_path,

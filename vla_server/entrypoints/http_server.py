@@ -75,6 +75,7 @@ def _sse(data: Any) -> bytes:
 def create_app(node: Node) -> FastAPI:
     tm: TokenizerManager = node.tokenizer_manager
     args = node.server_args
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         tm.ensure_loops()
@@ -170,6 +171,7 @@ def add_info_routes(app: FastAPI, node: Node) -> None:
                 "dtype": info["dtype"],
                 "device": info["device"],
                 "attention_backend": info["attention_backend"],
+                **tm.mm.describe(),
             }
         )
 
@@ -183,6 +185,7 @@ def add_info_routes(app: FastAPI, node: Node) -> None:
                 "internal_states": [state],
                 "num_pending_requests": len(tm.rid_to_state),
                 "kv_pool": state["kv_pool"],
+                "mm": {**tm.mm.describe(), "embedding_cache": state.get("mm_embedding_cache")},
             }
         )
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from vla_server.io_struct import MMItem
+from vla_server.managers.image_embedder import ImageEmbedder
 from vla_server.managers.req import Req
 from vla_server.managers.req_kv import ReqKVManager
 from vla_server.model.model_runner import ModelRunner
@@ -11,10 +13,17 @@ from vla_server.model.sampling import SamplingBatchInfo, compute_logprobs, make_
 
 
 class BatchRunner:
-    def __init__(self, runner: ModelRunner, kv: ReqKVManager, seed: int):
+    def __init__(
+        self,
+        runner: ModelRunner,
+        kv: ReqKVManager,
+        seed: int,
+        embedder: ImageEmbedder | None = None,
+    ):
         self.runner = runner
         self.kv = kv
         self.device = runner.device
+        self.embedder = embedder
         torch.manual_seed(seed)
 
     def generator_for(self, seed: int | None) -> torch.Generator | None:
@@ -49,6 +58,7 @@ class BatchRunner:
             self.runner.vocab_size,
             self.device,
             generators=[r.generator for r in reqs],
+            masks=[r.vocab_mask for r in reqs],
         )
         want = [r.top_logprobs_num if r.return_logprob else 0 for r in reqs]
         out = self.runner.sample(
@@ -72,18 +82,29 @@ class BatchRunner:
     def _embeds(
         self, reqs: list[Req], tokens: list[list[int]]
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        if all(r.input_embeds is None for r in reqs):
+        """Rows that replace the token embedding: caller embeddings and image features."""
+        spans = [(r, r.kv_len, r.kv_len + len(t)) for r, t in zip(reqs, tokens, strict=True)]
+        images = [it for r, lo, hi in spans for it in r.mm_items if _overlap(it, lo, hi)]
+        if not images and all(r.input_embeds is None for r in reqs):
             return None, None
-        hidden = self.runner.config.hidden_size
+        assert self.embedder is not None or not images
+        features = self.embedder.lookup(images) if images else {}
         n = sum(len(t) for t in tokens)
-        embeds = torch.zeros((n, hidden), dtype=self.runner.dtype)
+        embeds = torch.zeros((n, self.runner.config.hidden_size), dtype=self.runner.dtype)
         mask = torch.zeros(n, dtype=torch.bool)
         off = 0
-        for r, t in zip(reqs, tokens, strict=True):
+        for r, lo, hi in spans:
             if r.input_embeds is not None:
-                embeds[off : off + len(t)] = r.input_embeds[r.kv_len : r.kv_len + len(t)]
-                mask[off : off + len(t)] = True
-            off += len(t)
+                embeds[off : off + hi - lo] = r.input_embeds[lo:hi]
+                mask[off : off + hi - lo] = True
+            for it in r.mm_items:
+                a, b = max(lo, it.offset), min(hi, it.offset + it.length)
+                if a < b:
+                    embeds[off + a - lo : off + b - lo] = features[it.hash][
+                        a - it.offset : b - it.offset
+                    ]
+                    mask[off + a - lo : off + b - lo] = True
+            off += hi - lo
         return embeds, mask
 
     def _first_prompt_token(self, r: Req) -> None:
@@ -105,6 +126,10 @@ class BatchRunner:
         d.input_vals.extend(lp.token_logprobs)
         d.input_ids.extend(targets)
         d.input_top.extend(lp.top_logprobs)
+
+
+def _overlap(item: MMItem, lo: int, hi: int) -> bool:
+    return item.offset < hi and lo < item.offset + item.length
 
 
 def _prompt_span(r: Req, n_new: int) -> tuple[int, int] | None:

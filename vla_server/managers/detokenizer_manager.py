@@ -15,7 +15,9 @@ from vla_server.io_struct import (
     detokenizer_input_decoder,
     encode,
 )
+from vla_server.managers.action_detokenizer import ActionDetokenizer
 from vla_server.managers.incremental_decode import DecodeInput, IncrementalDecoder
+from vla_server.multimodal.action_tokenizer import ActionTokenizer
 from vla_server.process_utils import (
     become_child_process,
     configure_logging,
@@ -33,6 +35,14 @@ class DetokenizerManager:
 
         tokenizer = AutoTokenizer.from_pretrained(server_args.resolved_tokenizer_path())
         self.decoder = IncrementalDecoder(tokenizer, vocab_size=len(tokenizer))
+        self.actions = ActionDetokenizer(
+            ActionTokenizer.from_folder(
+                server_args.model_path or "",
+                tokenizer.vocab_size,
+                reserved_token_ids=tokenizer.all_special_ids,
+                total_vocab_size=len(tokenizer),
+            )
+        )
         self.ctx = zmq.Context(2)
         self.recv_sock = zmq_socket(self.ctx, zmq.PULL, port_args.detokenizer_ipc_name, bind=True)
         self.send_sock = zmq_socket(self.ctx, zmq.PUSH, port_args.tokenizer_ipc_name, bind=False)
@@ -58,14 +68,27 @@ class DetokenizerManager:
                 msg.decode_ids, msg.read_offsets, self._first_flags(msg), strict=True
             )
         ]
+        finished = list(msg.finished_reasons)
+        actions: list[list[list[float]]] = [[] for _ in msg.rids]
+        counts = [0] * len(msg.rids)
+        for i, wants in enumerate(msg.wants_actions):
+            if wants:
+                step = self.actions.step(
+                    msg.rids[i], out_ids[i], msg.action_keys[i], finished[i] is not None
+                )
+                actions[i], counts[i] = step.actions, step.count
+                if step.error is not None:
+                    finished[i] = {"type": "action_error", "message": step.error}
         return BatchStrOutput(
             rids=msg.rids,
-            finished_reasons=msg.finished_reasons,
+            finished_reasons=finished,
             output_strs=texts,
             output_ids=out_ids,
             metas=msg.metas,
             logprobs=msg.logprobs,
             stats=msg.stats,
+            actions=actions,
+            num_actions=counts,
         )
 
     @staticmethod

@@ -30,6 +30,10 @@ class GenerateReqInput(msgspec.Struct, forbid_unknown_fields=True, omit_defaults
     top_logprobs_num: int = 0
     return_text_in_logprobs: bool = False
     stream: bool = False
+    image_data: Any = None  # one image, or a list (cameras); a list of those for a batch
+    mm_hashes: Any = None  # hex image hashes, one per image, in the same shape as image_data
+    unnorm_key: str | None = None
+    num_actions: int | None = None
 
 
 @dataclass
@@ -46,6 +50,10 @@ class GenerateItem:
     return_text_in_logprobs: bool
     stream: bool
     in_batch: bool
+    images: list[Any]
+    mm_hashes: list[Any] | str | None
+    unnorm_key: str | None
+    num_actions: int
 
 
 @dataclass
@@ -153,6 +161,10 @@ def normalize(obj: GenerateReqInput, limits: ModelLimits) -> tuple[list[Generate
     params = _per_item(obj.sampling_params, n, "sampling_params", batch)
     rids = _rids(obj.rid, n, batch)
     want_lp = _per_item(obj.return_logprob, n, "return_logprob", batch)
+    images = _images(obj.image_data, n, batch)
+    hashes = _batch_entries(obj.mm_hashes, n, batch, "mm_hashes")
+    if obj.num_actions is not None and obj.num_actions < 1:
+        raise RequestError("must be >= 1", "num_actions")
     items = []
     for i in range(n):
         field = (
@@ -172,9 +184,27 @@ def normalize(obj: GenerateReqInput, limits: ModelLimits) -> tuple[list[Generate
                 return_text_in_logprobs=obj.return_text_in_logprobs,
                 stream=obj.stream,
                 in_batch=batch,
+                images=images[i],
+                mm_hashes=hashes[i],
+                unnorm_key=obj.unnorm_key,
+                num_actions=obj.num_actions or 0,
             )
         )
     return items, batch
+
+
+def _batch_entries(value: Any, n: int, batch: bool, field: str) -> list[Any]:
+    """Per-prompt entries of a field that is itself a list for one prompt (images, hashes)."""
+    if not batch or value is None:
+        return [value] * n if not batch else [None] * n
+    if not isinstance(value, list) or len(value) != n:
+        raise RequestError(f"must be a list with one entry per prompt ({n})", field)
+    return value
+
+
+def _images(value: Any, n: int, batch: bool) -> list[list[Any]]:
+    entries = _batch_entries(value, n, batch, "image_data")
+    return [[] if e is None else list(e) if isinstance(e, list) else [e] for e in entries]
 
 
 def _rids(rid: str | list[str] | None, n: int, batch: bool) -> list[str]:

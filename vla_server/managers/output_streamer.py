@@ -32,6 +32,8 @@ def build_output(reqs: list[Req], stats: SchedulerStats) -> BatchTokenIDOutput:
         metas=[],
         logprobs=[],
         stats=stats,
+        action_keys=[],
+        wants_actions=[],
     )
     for req in reqs:
         new_ids = req.output_ids[req.sent_output_len :]
@@ -55,6 +57,8 @@ def build_output(reqs: list[Req], stats: SchedulerStats) -> BatchTokenIDOutput:
             )
         )
         out.logprobs.append(req.pending_logprobs)
+        out.wants_actions.append(req.num_actions > 0)
+        out.action_keys.append(req.unnorm_key)
         req.pending_logprobs = None
         req.queue_time_sent = req.queue_time_sent or req.queue_time is not None
         req.sent_output_len = len(req.output_ids)

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from vla_server.io_struct import Logprobs, TokenizedGenerateReqInput
+from vla_server.io_struct import Logprobs, MMItem, TokenizedGenerateReqInput
 from vla_server.model.sampling import SamplingParams
 
 # How many prompt ids ride along with a request's first output chunk as decoding context.
@@ -38,6 +38,10 @@ class Req:
     top_logprobs_num: int = 0
     stream: bool = False
     arrival_time: float = field(default_factory=time.monotonic)
+    mm_items: list[MMItem] = field(default_factory=list)
+    num_actions: int = 0
+    unnorm_key: str | None = None
+    vocab_mask: torch.Tensor | None = None  # constrained decoding: True = allowed token
 
     output_ids: list[int] = field(default_factory=list)
     req_pool_idx: int | None = None
@@ -66,6 +70,9 @@ class Req:
             logprob_start_len=msg.logprob_start_len,
             top_logprobs_num=msg.top_logprobs_num,
             stream=msg.stream,
+            mm_items=msg.mm_items,
+            num_actions=msg.num_actions,
+            unnorm_key=msg.unnorm_key,
         )
 
     @property

@@ -34,6 +34,8 @@ class ReqState:
     output_ids: list[int] = field(default_factory=list)
     logprobs: LogprobAccum = field(default_factory=LogprobAccum)
     finish_reason: dict[str, Any] | None = None
+    actions: list[list[float]] = field(default_factory=list)
+    first_action_time: float | None = None
 
     @property
     def rid(self) -> str:
@@ -75,6 +77,10 @@ def meta_info(
         "finish_reason": finish,
         "e2e_latency": time.perf_counter() - state.created,
     }
+    if state.item.num_actions:
+        info["num_actions"] = len(state.actions)
+        if state.first_action_time is not None:
+            info["time_to_first_action"] = state.first_action_time - state.created
     if state.item.return_logprob and lp is not None:
         info["output_token_logprobs"] = lp.output
         if state.item.top_logprobs_num:
@@ -93,6 +99,8 @@ def coalesce(chunks: list[dict[str, Any]]) -> dict[str, Any]:
     merged = dict(chunks[-1])
     merged["text"] = "".join(c["text"] for c in chunks)
     merged["output_ids"] = [t for c in chunks for t in c["output_ids"]]
+    if "actions" in merged:
+        merged["actions"] = [a for c in chunks for a in c["actions"]]
     meta = dict(merged["meta_info"])
     for key in (
         "output_token_logprobs",

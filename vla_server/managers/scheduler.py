@@ -30,6 +30,7 @@ from vla_server.io_struct import (
 )
 from vla_server.managers.batch_runner import BatchRunner
 from vla_server.managers.finish_check import FinishChecker
+from vla_server.managers.image_embedder import ImageEmbedder
 from vla_server.managers.output_streamer import build_output, should_send
 from vla_server.managers.req import Req, finish_abort
 from vla_server.managers.req_kv import ReqKVManager
@@ -37,6 +38,7 @@ from vla_server.managers.schedule_policy import PrefillAdder
 from vla_server.managers.scheduler_control import SchedulerControl
 from vla_server.model.attention.registry import resolve_backend_name
 from vla_server.model.model_runner import ModelRunner
+from vla_server.multimodal.action_tokenizer import ActionTokenizer
 from vla_server.process_utils import (
     become_child_process,
     configure_logging,
@@ -73,7 +75,15 @@ class Scheduler:
         self.runner = build_model_runner(server_args)
         self.tokenizer = AutoTokenizer.from_pretrained(server_args.resolved_tokenizer_path())
         self.kv = ReqKVManager(self.runner.req_to_token_pool, self.runner.kv_pool)
-        self.batch_runner = BatchRunner(self.runner, self.kv, server_args.random_seed)
+        self.embedder = (
+            ImageEmbedder(self.runner, server_args.mm_embedding_cache_mb)
+            if self.runner.vision
+            else None
+        )
+        self.batch_runner = BatchRunner(
+            self.runner, self.kv, server_args.random_seed, self.embedder
+        )
+        self.action_mask = self._action_mask()
         self.finish_checker = FinishChecker(self.tokenizer, set(self.runner.config.eos_token_ids))
         self.context_len = self.runner.context_len
         self.waiting: list[Req] = []
@@ -96,6 +106,16 @@ class Scheduler:
             AbortReq: self.handle_abort,
         }
 
+    def _action_mask(self) -> torch.Tensor | None:
+        tok = self.tokenizer
+        actions = ActionTokenizer.from_folder(
+            self.args.model_path or "",
+            tok.vocab_size,
+            reserved_token_ids=tok.all_special_ids,
+            total_vocab_size=len(tok),
+        )
+        return None if actions is None else actions.allowed_mask(self.runner.vocab_size)
+
     def init_info(self) -> dict[str, Any]:
         cfg = self.runner.config
         return {
@@ -107,6 +127,8 @@ class Scheduler:
             "architectures": [cfg.architecture],
             "device": str(self.runner.device),
             "dtype": str(self.runner.dtype).removeprefix("torch."),
+            "image_token_id": cfg.image_token_id,
+            "num_image_tokens": self.runner.vision.num_image_tokens if self.runner.vision else 0,
             "attention_backend": resolve_backend_name(
                 self.args.attention_backend, self.runner.device
             ),
@@ -199,6 +221,11 @@ class Scheduler:
                 f"{self.kv.total_tokens} (--max-total-tokens)",
             )
             return
+        if req.num_actions:
+            if self.action_mask is None:
+                self.reject(req, "this model has no action tokenizer")
+                return
+            req.vocab_mask = self.action_mask
         req.generator = self.batch_runner.generator_for(params.seed)
         self.waiting.append(req)
 
@@ -238,6 +265,8 @@ class Scheduler:
             num_waiting_reqs=len(self.waiting),
             kv_used_tokens=self.kv.used_tokens(),
             kv_total_tokens=self.kv.total_tokens,
+            mm_cache_hits=self.embedder.hits if self.embedder else 0,
+            mm_cache_misses=self.embedder.misses if self.embedder else 0,
         )
 
     def stream_output(self, reqs: list[Req]) -> None:

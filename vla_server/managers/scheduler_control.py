@@ -53,6 +53,8 @@ class SchedulerControl:
     def _flush(self) -> None:
         self.s.kv.req_to_token_pool.clear()
         self.s.kv.allocator.clear()
+        if self.s.embedder is not None:
+            self.s.embedder.clear()
 
     def flush_cache(self, msg: FlushCacheReq) -> RpcReply:
         if not self.s.is_idle():
@@ -81,6 +83,20 @@ class SchedulerControl:
             data={"weight_version": self.weight_version},
         )
 
+    def _mm_cache_state(self) -> dict[str, Any] | None:
+        emb = self.s.embedder
+        if emb is None:
+            return None
+        st = emb.cache.stats()
+        return {
+            "hits": emb.hits,
+            "misses": emb.misses,
+            "items": st.items,
+            "bytes": st.bytes,
+            "budget_bytes": st.budget_bytes,
+            "evictions": st.evictions,
+        }
+
     def internal_state(self, msg: GetInternalStateReq) -> RpcReply:
         kv = self.s.kv
         return RpcReply(
@@ -96,5 +112,6 @@ class SchedulerControl:
                 "num_waiting_reqs": len(self.s.waiting),
                 "paused": self.s.paused,
                 "weight_version": self.weight_version,
+                "mm_embedding_cache": self._mm_cache_state(),
             },
         )

@@ -38,6 +38,7 @@ from vla_server.managers.generate_request import (
     check_token_ids,
     normalize,
 )
+from vla_server.managers.mm_frontend import MultimodalFrontend
 from vla_server.managers.req_state import (
     ReqState,
     coalesce,
@@ -64,13 +65,13 @@ class TokenizerManager:
         self.args = server_args
         self.tokenizer = tokenizer
         self.limits: ModelLimits | None = None  # known once the scheduler is ready
+        self.mm: MultimodalFrontend
         self.rid_to_state: dict[str, ReqState] = {}
         self.metrics = ServerMetrics()
         self.model_update_lock = RWLock()
         self.is_pause = False
         self._pause_cond: asyncio.Condition | None = None
         self.dead_reason: str | None = None
-        self.last_stats: dict[str, int] = {}
         self._ctx = zmq.asyncio.Context(2)
         self.recv_sock = zmq_socket(self._ctx, zmq.PULL, port_args.tokenizer_ipc_name, bind=True)
         self.send_sock = zmq_socket(
@@ -110,13 +111,10 @@ class TokenizerManager:
 
     def _handle_batch_output(self, msg: BatchStrOutput) -> None:
         s = msg.stats
-        self.last_stats = {
-            "num_running_reqs": s.num_running_reqs,
-            "num_waiting_reqs": s.num_waiting_reqs,
-            "kv_used_tokens": s.kv_used_tokens,
-        }
         self.metrics.num_running.set(s.num_running_reqs)
         self.metrics.num_waiting.set(s.num_waiting_reqs)
+        self.metrics.mm_cache_hits.set(s.mm_cache_hits)
+        self.metrics.mm_cache_misses.set(s.mm_cache_misses)
         self.metrics.kv_used.set(s.kv_used_tokens)
         for i, rid in enumerate(msg.rids):
             state = self.rid_to_state.get(rid)
@@ -142,8 +140,16 @@ class TokenizerManager:
             decode = self._decode_one if state.item.return_text_in_logprobs else None
             lp_delta = logprob_delta(msg.logprobs[i], new_ids, decode)
             extend_logprobs(state.logprobs, lp_delta)
+        new_actions = msg.actions[i] if msg.actions else []
+        if new_actions:
+            if state.first_action_time is None:
+                state.first_action_time = time.perf_counter()
+                self.metrics.ttfa.observe(state.first_action_time - state.created)
+            state.actions += new_actions
         state.finished = finish is not None
         state.finish_reason = finish
+        if finish is not None and finish.get("type") == "action_error":
+            self._send_abort(state.rid)  # the scheduler may still be generating this request
         if state.item.stream:
             chunk = {
                 "text": text,
@@ -151,14 +157,15 @@ class TokenizerManager:
                 "meta_info": meta_info(state, meta, finish, lp_delta),
             }
         elif state.finished:
-            full = "".join(state.text_chunks)
             chunk = {
-                "text": full,
+                "text": "".join(state.text_chunks),
                 "output_ids": state.output_ids,
                 "meta_info": meta_info(state, meta, finish, state.logprobs),
             }
         else:
             return
+        if state.item.num_actions:
+            chunk["actions"] = new_actions if state.item.stream else state.actions
         if state.item.in_batch:
             chunk["index"] = state.item.index
         state.out_list.append(chunk)
@@ -200,7 +207,7 @@ class TokenizerManager:
         try:
             await self._wait_unpaused()
             async with self.model_update_lock.reader():
-                msgs = [self._tokenize(it) for it in items]
+                msgs = [await self._tokenize(it) for it in items]
                 self._send(msgs, states)
                 async for out in self._wait_responses(states, request, is_batch):
                     yield out
@@ -228,10 +235,17 @@ class TokenizerManager:
             async with self._pause_cond:
                 await self._pause_cond.wait_for(lambda: not self.is_pause)
 
-    def _tokenize(self, item: GenerateItem) -> TokenizedGenerateReqInput:
+    def set_model_info(self, info: dict[str, Any]) -> None:
+        """Called once the scheduler reports ready: model limits and the multimodal front end."""
+        self.limits = ModelLimits(info["vocab_size"], info["hidden_size"], info["context_len"])
+        self.mm = MultimodalFrontend(self.args, self.tokenizer, info)
+
+    async def _tokenize(self, item: GenerateItem) -> TokenizedGenerateReqInput:
         assert self.limits is not None
         embeds = None
         if item.input_embeds is not None:
+            if item.images:
+                raise RequestError("image_data cannot be combined with input_embeds", "image_data")
             ids = [0] * item.input_embeds.shape[0]
             embeds = Tensor.from_numpy(item.input_embeds)
             field = "input_embeds"
@@ -242,7 +256,11 @@ class TokenizerManager:
             ids = list(item.input_ids or [])
             check_token_ids(ids, self.limits, "input_ids")
             field = "input_ids"
+        ids, mm_items = await self.mm.expand(item, ids, field)
         check_prompt_length(len(ids), self.limits, field)
+        action_tokens = self.mm.action_tokens(item, len(ids), self.limits.context_len)
+        if action_tokens:
+            item.sampling_params.max_new_tokens = action_tokens
         if item.logprob_start_len >= len(ids):
             raise RequestError(
                 f"must be smaller than the prompt length {len(ids)}", field="logprob_start_len"
@@ -257,6 +275,9 @@ class TokenizerManager:
             top_logprobs_num=item.top_logprobs_num,
             stream=item.stream,
             received_time=time.time(),
+            mm_items=mm_items,
+            num_actions=item.num_actions,
+            unnorm_key=item.unnorm_key,
         )
 
     def _send(self, msgs: list[TokenizedGenerateReqInput], states: list[ReqState]) -> None:

@@ -1,0 +1,128 @@
+"""The main process's multimodal work for one request: images (decoded, hashed and preprocessed
+in a thread pool, off the event loop), placeholder expansion, and the action-request checks."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from vla_server.errors import RequestError
+from vla_server.io_struct import MMItem, Tensor
+from vla_server.managers.generate_request import GenerateItem
+from vla_server.multimodal.action_tokenizer import ActionDecodeError, ActionTokenizer
+from vla_server.multimodal.image_errors import ImageInputError
+from vla_server.multimodal.image_hash import format_mm_hash
+from vla_server.multimodal.image_input import MediaPolicy
+from vla_server.multimodal.image_pipeline import ImagePipeline
+from vla_server.multimodal.preprocess_config import PreprocessConfig
+from vla_server.multimodal.prompt_expansion import PlaceholderError, expand_image_placeholders
+from vla_server.server_args import ServerArgs
+
+MAX_ACTIONS_PER_REQUEST = 256
+
+
+class MultimodalFrontend:
+    def __init__(self, args: ServerArgs, tokenizer: Any, info: dict[str, Any]):
+        path = Path(args.model_path or "")
+        self.max_images = args.max_images_per_request
+        self.image_token_id: int | None = info.get("image_token_id")
+        self.tokens_per_image: int = info.get("num_image_tokens") or 0
+        self.vocab_size: int = info["vocab_size"]
+        self.bos_token_id = tokenizer.bos_token_id
+        self.pipeline: ImagePipeline | None = None
+        if self.tokens_per_image:
+            policy = MediaPolicy(
+                max_image_bytes=args.max_image_bytes,
+                max_image_pixels=args.max_image_pixels,
+                allowed_local_media_path=args.allowed_local_media_path,
+                allow_remote=args.allow_remote_media,
+            )
+            self.pipeline = ImagePipeline(policy, PreprocessConfig.from_folder(path))
+        self.actions = ActionTokenizer.from_folder(
+            path,
+            tokenizer.vocab_size,
+            reserved_token_ids=tokenizer.all_special_ids,
+            total_vocab_size=len(tokenizer),
+        )
+        self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="vla-mm")
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"num_image_tokens": self.tokens_per_image}
+        if self.pipeline is not None:
+            out["preprocess_digest"] = self.pipeline.preprocess_digest.hex()
+        if self.actions is not None:
+            out["actions"] = {
+                "action_dim": self.actions.action_dim,
+                "n_bins": self.actions.n_bins,
+                "bin_token_ids": [self.actions.first, self.actions.end - 1],
+                "unnorm_keys": self.actions.unnorm_keys(),
+            }
+        return out
+
+    async def expand(
+        self, item: GenerateItem, ids: list[int], field: str
+    ) -> tuple[list[int], list[MMItem]]:
+        """`ids` with image placeholders expanded, and the images that go with them."""
+        if not item.images:
+            if self.image_token_id is not None and self.image_token_id in ids:
+                raise RequestError("the prompt has image placeholders but no image_data", field)
+            return ids, []
+        if self.pipeline is None:
+            raise RequestError("this model takes no images", "image_data")
+        if len(item.images) > self.max_images:
+            raise RequestError(
+                f"{len(item.images)} images; the server accepts at most {self.max_images} per "
+                "request (--max-images-per-request)",
+                "image_data",
+            )
+        loop = asyncio.get_running_loop()
+        try:
+            images = await loop.run_in_executor(
+                self.executor, self.pipeline.process, item.images, item.mm_hashes
+            )
+        except ImageInputError as e:
+            where = e.field if e.index is None else f"{e.field}[{e.index}]"
+            raise RequestError(str(e), where) from None
+        insert_at = 1 if ids and ids[0] == self.bos_token_id else 0
+        assert self.image_token_id is not None
+        try:
+            expanded, spans = expand_image_placeholders(
+                ids,
+                self.image_token_id,
+                [im.hash128 for im in images],
+                self.tokens_per_image,
+                self.vocab_size,
+                insert_at,
+            )
+        except PlaceholderError as e:
+            raise RequestError(str(e), field) from None
+        items = [
+            MMItem(
+                format_mm_hash(sp.hash128), sp.offset, sp.length, Tensor.from_numpy(im.pixel_values)
+            )
+            for sp, im in zip(spans, images, strict=True)
+        ]
+        return expanded, items
+
+    def action_tokens(self, item: GenerateItem, prompt_len: int, context_len: int) -> int:
+        """New tokens an action request needs (0 for a plain request); raises for bad input."""
+        if not item.num_actions:
+            if item.unnorm_key is not None:
+                raise RequestError("unnorm_key needs num_actions", "num_actions")
+            return 0
+        if self.actions is None:
+            raise RequestError("this model has no action tokenizer", "num_actions")
+        try:
+            self.actions.resolve_unnorm_key(item.unnorm_key)
+        except ActionDecodeError as e:
+            raise RequestError(str(e), "unnorm_key") from None
+        limit = min(MAX_ACTIONS_PER_REQUEST, (context_len - prompt_len) // self.actions.action_dim)
+        if not 1 <= item.num_actions <= limit:
+            raise RequestError(
+                f"must be in [1, {limit}] for this prompt ({self.actions.action_dim} tokens per "
+                f"action, context length {context_len})",
+                "num_actions",
+            )
+        return item.num_actions * self.actions.action_dim
