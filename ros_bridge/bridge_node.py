@@ -41,9 +41,12 @@ class VlaBridgeNode(rclpy.node.Node):
             diagnostic_msgs.msg.DiagnosticArray, "/diagnostics", 1
         )
         self.worker = BridgeWorker(
-            values["server_url"], _worker_config(values), self.monitor, self,
+            values["server_url"],
+            _worker_config(values),
+            self.monitor,
+            self,
             api_key=values["api_key"],
-        )  # fmt: skip
+        )
         self._latest: dict[int, PreparedImage] = {}
         msg_type = (
             sensor_msgs.msg.CompressedImage if values["compressed"] else sensor_msgs.msg.Image

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+
 from ros_bridge.action_output import OUTPUT_MODES
 from ros_bridge.late_policy import OnLate
 
@@ -89,3 +91,21 @@ def launch_default(spec: ParamSpec) -> str:
     if isinstance(spec.default, list):
         return "[" + ", ".join(spec.default) + "]"
     return str(spec.default)
+
+
+def parse_launch_value(spec: ParamSpec, text: str) -> Any:
+    """Launch-argument text back to the parameter's type (`launch_default`'s inverse)."""
+    if spec.kind is str:
+        return text  # YAML would turn '123' or 'true' into a number or a bool
+    value = yaml.safe_load(text) if text.strip() else None
+    if spec.kind is list:
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            value = [value]
+        return [str(v) for v in value]
+    if spec.kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, spec.kind) or (spec.kind is int and isinstance(value, bool)):
+        raise ValueError(f"{spec.name}: expected {spec.kind.__name__}, got {text!r}")
+    return value

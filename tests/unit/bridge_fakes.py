@@ -27,10 +27,16 @@ class FakeServer:
     multimodal: bool = True
     known_fields: set[str] = field(
         default_factory=lambda: {
-            "text", "stream", "rid", "image_data", "mm_hashes", "unnorm_key", "num_actions",
+            "text",
+            "stream",
+            "rid",
+            "image_data",
+            "mm_hashes",
+            "unnorm_key",
+            "num_actions",
             "sampling_params",
         }
-    )  # fmt: skip
+    )
     extra_lines: list[str] = field(default_factory=list)  # sent before the first chunk
     bodies: list[dict[str, Any]] = field(default_factory=list)
     finish: dict[str, Any] | None = None  # overrides the last chunk's finish_reason

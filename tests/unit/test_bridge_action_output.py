@@ -34,23 +34,41 @@ def test_late_command_per_policy() -> None:
 
 def test_float64_multiarray_carries_the_action() -> None:
     msg = action_message(
-        FLOAT64_MULTIARRAY, (1.0, -2.5, 3.0), stamp=(5, 6), index=0, joint_names=JOINTS,
+        FLOAT64_MULTIARRAY,
+        (1.0, -2.5, 3.0),
+        stamp=(5, 6),
+        index=0,
+        joint_names=JOINTS,
         control_rate_hz=10.0,
-    )  # fmt: skip
+    )
     assert list(msg.data) == [1.0, -2.5, 3.0]
     with pytest.raises(ValueError, match="2 values but joint_names lists 3"):
-        action_message(FLOAT64_MULTIARRAY, (1.0, 2.0), stamp=(0, 0), index=0,
-                       joint_names=JOINTS, control_rate_hz=10.0)  # fmt: skip
+        action_message(
+            FLOAT64_MULTIARRAY,
+            (1.0, 2.0),
+            stamp=(0, 0),
+            index=0,
+            joint_names=JOINTS,
+            control_rate_hz=10.0,
+        )
 
 
-@pytest.mark.parametrize(("index", "rate", "sec", "nanosec"), [(0, 10.0, 0, 100_000_000),
-                         (4, 10.0, 0, 500_000_000), (2, 2.0, 1, 500_000_000)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("index", "rate", "sec", "nanosec"),
+    [(0, 10.0, 0, 100_000_000), (4, 10.0, 0, 500_000_000), (2, 2.0, 1, 500_000_000)],
+)
 def test_trajectory_point_is_stamped_and_timed(
     index: int, rate: float, sec: int, nanosec: int
 ) -> None:
     action = (0.5, 0.25, -1.0)
-    msg = action_message(JOINT_TRAJECTORY, action, stamp=(1735689600, 7), index=index,
-                         joint_names=JOINTS, control_rate_hz=rate)  # fmt: skip
+    msg = action_message(
+        JOINT_TRAJECTORY,
+        action,
+        stamp=(1735689600, 7),
+        index=index,
+        joint_names=JOINTS,
+        control_rate_hz=rate,
+    )
     # Decode the shim's CDR with rosbags: what a real ROS 2 subscriber would read.
     raw = rclpy.serialization.serialize_message(msg)
     decoded = jazzy_typestore().deserialize_cdr(raw, "trajectory_msgs/msg/JointTrajectory")
@@ -71,8 +89,12 @@ def test_late_messages() -> None:
     assert late_message(FLOAT64_MULTIARRAY, stop, stamp=(1, 2), joint_names=JOINTS) is None
     empty = late_message(JOINT_TRAJECTORY, stop, stamp=(1, 2), joint_names=JOINTS)
     assert empty.points == [] and list(empty.joint_names) == JOINTS  # JTC: cancel and hold
-    hold = late_message(JOINT_TRAJECTORY, LateCommand(OnLate.HOLD, (1.0, 2.0, 3.0)), stamp=(1, 2),
-                        joint_names=JOINTS)  # fmt: skip
+    hold = late_message(
+        JOINT_TRAJECTORY,
+        LateCommand(OnLate.HOLD, (1.0, 2.0, 3.0)),
+        stamp=(1, 2),
+        joint_names=JOINTS,
+    )
     assert list(hold.points[0].positions) == [1.0, 2.0, 3.0]
     assert hold.points[0].time_from_start.sec == 0 and hold.points[0].time_from_start.nanosec == 0
 

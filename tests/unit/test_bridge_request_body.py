@@ -12,10 +12,17 @@ IMAGE = prepare_image(raw_frame("/c", 1, np.zeros((2, 2, 3), np.uint8), "rgb8"),
 
 
 def test_multimodal_body() -> None:
-    settings = RequestSettings(instruction="stack", unnorm_key="demo_arm", num_actions=3,
-                               priority=2, session="ep-7")  # fmt: skip
-    body = build_body(settings, [IMAGE, IMAGE], rid="r1", remaining_ms=123.4567,
-                      multimodal=True, support=FieldSupport())  # fmt: skip
+    settings = RequestSettings(
+        instruction="stack", unnorm_key="demo_arm", num_actions=3, priority=2, session="ep-7"
+    )
+    body = build_body(
+        settings,
+        [IMAGE, IMAGE],
+        rid="r1",
+        remaining_ms=123.4567,
+        multimodal=True,
+        support=FieldSupport(),
+    )
     assert body == {
         "text": "stack",
         "stream": True,
@@ -33,16 +40,32 @@ def test_multimodal_body() -> None:
 
 
 def test_text_only_server_gets_no_image_fields() -> None:
-    body = build_body(RequestSettings(), [IMAGE], rid="r", remaining_ms=-5.0, multimodal=False,
-                      support=FieldSupport({"deadline_ms"}))  # fmt: skip
-    assert body == {"text": "pick up the cube", "stream": True, "rid": "r",
-                    "sampling_params": {"temperature": 0.0, "max_new_tokens": 8}}  # fmt: skip
+    body = build_body(
+        RequestSettings(),
+        [IMAGE],
+        rid="r",
+        remaining_ms=-5.0,
+        multimodal=False,
+        support=FieldSupport({"deadline_ms"}),
+    )
+    assert body == {
+        "text": "pick up the cube",
+        "stream": True,
+        "rid": "r",
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": 8},
+    }
 
 
 def test_hashes_left_out_until_every_image_has_one() -> None:
     unhashed = IMAGE.with_digest(None)
-    body = build_body(RequestSettings(), [IMAGE, unhashed], rid="r", remaining_ms=1.0,
-                      multimodal=True, support=FieldSupport())  # fmt: skip
+    body = build_body(
+        RequestSettings(),
+        [IMAGE, unhashed],
+        rid="r",
+        remaining_ms=1.0,
+        multimodal=True,
+        support=FieldSupport(),
+    )
     assert "mm_hashes" not in body
 
 
@@ -52,6 +75,12 @@ def test_field_support_drops_optional_fields_once() -> None:
     assert not support.reject("session_params")  # already dropped: a real error now
     assert not support.reject("image_data")  # not optional: never dropped
     assert not support.reject(None)
-    body = build_body(RequestSettings(session="s"), [IMAGE], rid="r", remaining_ms=1.0,
-                      multimodal=True, support=support)  # fmt: skip
+    body = build_body(
+        RequestSettings(session="s"),
+        [IMAGE],
+        rid="r",
+        remaining_ms=1.0,
+        multimodal=True,
+        support=support,
+    )
     assert "session_params" not in body and body["supersede"] is True

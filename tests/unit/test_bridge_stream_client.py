@@ -13,8 +13,13 @@ async def collect(client: VlaStreamClient, body: dict) -> list:
     return [chunk async for chunk in client.stream(body)]
 
 
-BODY = {"text": "go", "stream": True, "image_data": ["x"], "num_actions": 2,
-        "sampling_params": {"temperature": 0.0}}  # fmt: skip
+BODY = {
+    "text": "go",
+    "stream": True,
+    "image_data": ["x"],
+    "num_actions": 2,
+    "sampling_params": {"temperature": 0.0},
+}
 
 
 async def test_streams_chunks_with_actions_until_done() -> None:

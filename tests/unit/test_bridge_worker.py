@@ -38,9 +38,13 @@ def make_worker() -> Iterator[Callable[..., tuple[BridgeWorker, RecordingSink]]]
         sink = RecordingSink()
         request = RequestSettings(num_actions=2, session=str(config.pop("session", "")))
         worker = BridgeWorker(
-            "http://vla", WorkerConfig(request=request, **config), LatencyMonitor(), sink,
-            backoff=Backoff(initial_s=0.01, max_s=0.05), transport=server.transport(),
-        )  # fmt: skip
+            "http://vla",
+            WorkerConfig(request=request, **config),
+            LatencyMonitor(),
+            sink,
+            backoff=Backoff(initial_s=0.01, max_s=0.05),
+            transport=server.transport(),
+        )
         worker.start()
         workers.append(worker)
         return worker, sink
@@ -57,8 +61,9 @@ def test_actions_are_published_in_order_with_the_frame_stamp(make_worker) -> Non
     wait_for(lambda: worker.monitor.counters["frames_processed"] == 1)
     assert sink.actions == [((11, 0), 0, (0.0,) * 3), ((11, 0), 1, (1.0,) * 3)]
     (body,) = server.accepted
-    expected = prepare_image(raw_frame("/c", 1, np.full((4, 4, 3), 9, np.uint8), "rgb8"),
-                             bytes.fromhex(DIGEST_HEX))  # fmt: skip
+    expected = prepare_image(
+        raw_frame("/c", 1, np.full((4, 4, 3), 9, np.uint8), "rgb8"), bytes.fromhex(DIGEST_HEX)
+    )
     assert body["mm_hashes"] == [expected.mm_hash] and body["num_actions"] == 2
     counts = worker.monitor.percentiles()
     assert counts["ttft"]["n"] == 1 and counts["itl"]["n"] == 5
@@ -106,8 +111,7 @@ def test_stop_policy_cancels_the_late_request(make_worker) -> None:
 
 def test_server_down_applies_on_late_once_then_recovers(make_worker) -> None:
     server = FakeServer(token_delay_s=0.0)
-    worker, sink = make_worker(server, deadline_ms=30_000.0, on_late=OnLate.ZERO,
-                               action_width=3)  # fmt: skip
+    worker, sink = make_worker(server, deadline_ms=30_000.0, on_late=OnLate.ZERO, action_width=3)
     worker.submit(job(1))
     wait_for(lambda: worker.monitor.counters["frames_processed"] == 1)
     server.up = False
