@@ -40,16 +40,20 @@ def test_every_check_runs_and_agrees_with_its_reference():
 
 
 def test_itl_rows_compare_with_the_bandwidth_bound():
-    def probe(backend: str) -> ServedItl | None:
+    def probe(backend: str) -> list[ServedItl]:
         if backend == "torch":
-            return None
-        return ServedItl(p50_ms=1.0, p99_ms=1.5, weight_bytes=2_000_000_000)
+            raise RuntimeError("the node exited with 1:\nTraceback ...")
+        return [
+            ServedItl(p50_ms=1.0, p99_ms=1.5, weight_bytes=2_000_000_000, batch=b) for b in (1, 8)
+        ]
 
-    torch_row, triton_row = itl_rows(4e12, probe)
-    assert torch_row.note == "hook not wired"
-    # 2 GB at 4 TB/s: 0.5 ms per token at best.
-    assert "bandwidth bound 0.50 ms" in triton_row.note and "p50/bound 2.00x" in triton_row.note
-    table = format_table([torch_row, triton_row])
+    torch_row, *triton_rows = itl_rows(4e12, probe)
+    assert torch_row.ok is False and torch_row.note == "the node exited with 1:"
+    assert [r.shape for r in triton_rows] == ["triton, batch 1", "triton, batch 8"]
+    # 2 GB at 4 TB/s: 0.5 ms per token at best, whatever the batch.
+    for row in triton_rows:
+        assert "bandwidth bound 0.50 ms" in row.note and "p50/bound 2.00x" in row.note
+    table = format_table([torch_row, *triton_rows])
     assert "served ITL" in table and "p99 1.50 ms" in table
 
 

@@ -1,0 +1,190 @@
+"""Served inter-token latency (ITL): a real ``vla-server serve`` node on a random-weight Llama,
+greedy streams at batch 1 and 8, ITL percentiles from the arrival times of the stream chunks.
+
+The node runs in its own process group on a free loopback port and is always torn down. A
+chunk that carries n tokens (the stream may coalesce) counts as n intervals of gap / n.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from vla_kernels.itl_checkpoint import ItlCheckpoint
+
+START_TIMEOUT_S = 600.0
+STOP_GRACE_S = 30.0
+
+
+@dataclass
+class ServedItl:
+    """ITL of one attention backend at one batch size on the random-weight model."""
+
+    p50_ms: float
+    p99_ms: float
+    weight_bytes: int
+    model: str = ""
+    batch: int = 1
+    intervals: int = 0  # inter-token intervals behind the percentiles
+
+
+@dataclass(frozen=True)
+class ItlPlan:
+    batches: tuple[int, ...] = (1, 8)
+    new_tokens: int = 256
+    prompt_tokens: int = 128
+    warmup_tokens: int = 8  # a first short round per batch size compiles the kernels
+    device: str = "cuda"
+
+
+def token_intervals(arrivals: list[tuple[float, int]]) -> list[float]:
+    """Seconds per token between consecutive chunks of one stream, given (time, n_tokens).
+
+    The first chunk (the prefill's token) only starts the clock: its gap is the TTFT."""
+    out: list[float] = []
+    for (t0, _), (t1, n) in zip(arrivals, arrivals[1:], strict=False):
+        out += [(t1 - t0) / n] * n
+    return out
+
+
+def measure_served_itl(
+    attention_backend: str, checkpoint: ItlCheckpoint, plan: ItlPlan = ItlPlan(),
+    log_dir: Path | None = None,
+) -> list[ServedItl]:  # fmt: skip
+    """Serve `checkpoint` with `--attention-backend attention_backend` and measure each batch."""
+    interpret = plan.device == "cpu" and attention_backend == "triton"
+    env = {"TRITON_INTERPRET": "1"} if interpret else {}
+    log_path = (log_dir or checkpoint.path.parent) / f"server-{attention_backend}.log"
+    try:
+        with served_node(_serve_args(attention_backend, checkpoint, plan), log_path, env) as url:
+            return [_measure_batch(url, batch, checkpoint, plan) for batch in plan.batches]
+    except Exception as e:
+        raise RuntimeError(f"{e} (node log: {log_path})") from e
+
+
+def _measure_batch(url: str, batch: int, checkpoint: ItlCheckpoint, plan: ItlPlan) -> ServedItl:
+    prompt = plan.prompt_tokens
+    asyncio.run(_stream_batch(url, batch, prompt, plan.warmup_tokens, checkpoint))
+    streams = asyncio.run(_stream_batch(url, batch, prompt, plan.new_tokens, checkpoint))
+    gaps = [gap for arrivals in streams for gap in token_intervals(arrivals)]
+    p50, p99 = np.percentile(np.array(gaps) * 1e3, [50, 99])
+    label = checkpoint.shape.label
+    return ServedItl(float(p50), float(p99), checkpoint.weight_bytes, label, batch, len(gaps))
+
+
+def _serve_args(backend: str, checkpoint: ItlCheckpoint, plan: ItlPlan) -> list[str]:
+    per_request = plan.prompt_tokens + max(plan.new_tokens, plan.warmup_tokens)
+    dtype = str(checkpoint.shape.dtype).removeprefix("torch.")
+    return [
+        "--model-path", str(checkpoint.path), "--device", plan.device, "--dtype", dtype,
+        "--attention-backend", backend, "--max-running-requests", str(max(plan.batches)),
+        "--max-total-tokens", str(max(plan.batches) * per_request + 64), "--log-level", "warning",
+    ]  # fmt: skip
+
+
+def _prompt(checkpoint: ItlCheckpoint, length: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    # Ids past the special tokens, so no prompt token is an end of sequence.
+    return [rng.randrange(8, checkpoint.shape.vocab) for _ in range(length)]
+
+
+async def _stream_batch(
+    url: str, batch: int, prompt_tokens: int, new_tokens: int, checkpoint: ItlCheckpoint
+) -> list[list[tuple[float, int]]]:
+    async with httpx.AsyncClient(base_url=url, timeout=None) as client:
+        streams = (
+            _stream_one(client, _prompt(checkpoint, prompt_tokens, seed), new_tokens)
+            for seed in range(batch)
+        )
+        return list(await asyncio.gather(*streams))
+
+
+async def _stream_one(
+    client: httpx.AsyncClient, input_ids: list[int], new_tokens: int
+) -> list[tuple[float, int]]:
+    body = {
+        "input_ids": input_ids, "stream": True,
+        "sampling_params": {"max_new_tokens": new_tokens, "temperature": 0, "ignore_eos": True},
+    }  # fmt: skip
+    arrivals: list[tuple[float, int]] = []
+    async with client.stream("POST", "/generate", json=body) as response:
+        if response.status_code != 200:
+            body_text = (await response.aread()).decode(errors="replace")
+            raise RuntimeError(f"/generate answered {response.status_code}: {body_text}")
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            now = time.perf_counter()
+            chunk = json.loads(line.removeprefix("data: "))
+            finish = chunk["meta_info"].get("finish_reason") or {}
+            if finish.get("type") == "abort":
+                raise RuntimeError(f"the server aborted the stream: {finish}")
+            if chunk.get("output_ids"):
+                arrivals.append((now, len(chunk["output_ids"])))
+    got = sum(n for _, n in arrivals)
+    if got != new_tokens:
+        raise RuntimeError(f"the stream carried {got} tokens, {new_tokens} were asked")
+    return arrivals
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def served_node(args: list[str], log_path: Path, env: dict[str, str]) -> Iterator[str]:
+    """A ``vla-server serve`` node on a free loopback port; yields its URL."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "vla_server.entrypoints.cli", "serve",
+           "--host", "127.0.0.1", "--port", str(port), *args]  # fmt: skip
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **env}
+    with open(log_path, "wb") as log:
+        # Its own process group, so that teardown reaches the node's children too.
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(proc, url, log_path)
+        yield url
+    finally:
+        _stop(proc)
+
+
+def _wait_healthy(proc: subprocess.Popen, url: str, log_path: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log_path.read_text(errors="replace")[-4000:]
+            raise RuntimeError(f"the node exited with {proc.returncode}:\n{tail}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        time.sleep(0.5)
+    raise RuntimeError(f"the node did not become healthy in {START_TIMEOUT_S:.0f} s")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(STOP_GRACE_S)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # children left behind, if any
+    proc.wait()
