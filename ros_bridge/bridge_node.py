@@ -28,7 +28,9 @@ _THROTTLE_S = 1.0
 
 
 class VlaBridgeNode(rclpy.node.Node):
-    def __init__(self, **node_kwargs: Any) -> None:
+    """`http_transport` replaces the HTTP connection (tests); other kwargs go to rclpy's Node."""
+
+    def __init__(self, *, http_transport: Any = None, **node_kwargs: Any) -> None:
         super().__init__(NODE_NAME, **node_kwargs)
         for spec in PARAMS:
             _declare(self, spec)
@@ -46,6 +48,7 @@ class VlaBridgeNode(rclpy.node.Node):
             self.monitor,
             self,
             api_key=values["api_key"],
+            transport=http_transport,
         )
         self._latest: dict[int, PreparedImage] = {}
         msg_type = (

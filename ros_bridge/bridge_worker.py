@@ -60,6 +60,7 @@ class _Server:
     ready: bool = False
     multimodal: bool = False
     digest: bytes | None = None
+    action_dim: int | None = None  # mm.actions.action_dim of /get_server_info
     support: FieldSupport = field(default_factory=FieldSupport)
 
 
@@ -163,7 +164,8 @@ class BridgeWorker:
             self._task.cancel()
 
     def _apply_on_late(self) -> None:
-        command = late_command(self.config.on_late, self._last_action, self.config.action_width)
+        width = self.config.action_width or self._server.action_dim
+        command = late_command(self.config.on_late, self._last_action, width)
         if command is None:
             return
         try:
@@ -217,6 +219,9 @@ class BridgeWorker:
         digest = mm.get("preprocess_digest") if isinstance(mm, dict) else None
         self._server.multimodal = isinstance(digest, str)
         self._server.digest = bytes.fromhex(digest) if isinstance(digest, str) else None
+        actions = mm.get("actions") if isinstance(mm, dict) else None
+        dim = actions.get("action_dim") if isinstance(actions, dict) else None
+        self._server.action_dim = dim if isinstance(dim, int) and dim > 0 else None
         self._server.ready = True
         if not self._server.multimodal:
             self._sink.report(

@@ -1,0 +1,219 @@
+"""VlaBridgeNode on the shim (in-process transport) against a scripted server.
+
+A separate probe node publishes camera frames and subscribes to the commands and /diagnostics,
+as a robot's other nodes would.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from ros_bridge.bridge_node import VlaBridgeNode
+from ros_bridge.bridge_params import PARAMS
+from ros_bridge.compat import (
+    builtin_interfaces,
+    diagnostic_msgs,
+    rclpy,
+    sensor_msgs,
+    trajectory_msgs,
+)
+from tests.unit.bridge_fakes import FakeServer
+
+Parameter = rclpy.parameter.Parameter
+PIXELS = np.random.default_rng(3).integers(0, 256, size=(8, 10, 3), dtype=np.uint8)
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.005)
+
+
+class Rig:
+    def __init__(self, server: FakeServer, **params: Any) -> None:
+        overrides = {
+            "diagnostics_period_s": 0.05,
+            "output": "joint_trajectory",
+            "joint_names": ["a", "b", "c"],
+            "deadline_ms": 30_000.0,
+            **params,
+        }
+        self.node = VlaBridgeNode(
+            http_transport=server.transport(),
+            parameter_overrides=[Parameter(k, value=v) for k, v in overrides.items()],
+        )
+        self.probe = rclpy.node.Node("probe")
+        self.commands: list[Any] = []
+        self.diagnostics: list[Any] = []
+        self.probe.create_subscription(
+            trajectory_msgs.msg.JointTrajectory, "/commands", self.commands.append, 100
+        )
+        self.probe.create_subscription(
+            diagnostic_msgs.msg.DiagnosticArray, "/diagnostics", self.diagnostics.append, 100
+        )
+        compressed = self.node.get_parameter("compressed").value
+        msg_type = sensor_msgs.msg.CompressedImage if compressed else sensor_msgs.msg.Image
+        self.cameras = {
+            topic: self.probe.create_publisher(msg_type, topic, 5)
+            for topic in self.node.get_parameter("image_topics").value
+        }
+        self.executor = rclpy.executors.MultiThreadedExecutor(num_threads=2)
+        self.executor.add_node(self.node)
+        self.executor.add_node(self.probe)
+        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self.thread.start()
+
+    def publish(self, msg: Any, topic: str | None = None) -> None:
+        self.cameras[topic or next(iter(self.cameras))].publish(msg)
+
+    def statuses(self) -> dict[str, Any]:
+        return {s.name.split(": ")[1]: s for s in self.diagnostics[-1].status}
+
+    def close(self) -> None:
+        self.executor.shutdown(timeout_sec=10)
+        self.thread.join(10)
+        self.node.destroy_node()
+        self.probe.destroy_node()
+
+
+@pytest.fixture
+def rig(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Rig]]:
+    monkeypatch.setenv("VLA_SHIM_TRANSPORT", "inproc")
+    rclpy.init(args=[])
+    rigs: list[Rig] = []
+
+    def make(server: FakeServer, **params: Any) -> Rig:
+        rigs.append(Rig(server, **params))
+        return rigs[-1]
+
+    try:
+        yield make
+    finally:
+        for r in rigs:
+            r.close()
+        rclpy.try_shutdown()
+
+
+def image(sec: int, pixels: np.ndarray = PIXELS, **fields: Any) -> Any:
+    height, width = pixels.shape[:2]
+    msg = sensor_msgs.msg.Image(
+        height=height, width=width, encoding="rgb8", step=width * 3, data=pixels.tobytes()
+    )
+    for name, value in fields.items():
+        setattr(msg, name, value)
+    msg.header.stamp = builtin_interfaces.msg.Time(sec=sec, nanosec=500)
+    return msg
+
+
+def test_parameters_are_declared_with_descriptions_and_guarded(rig) -> None:
+    r = rig(FakeServer())
+    for spec in PARAMS:
+        descriptor = r.node.describe_parameter(spec.name)
+        assert descriptor.description == spec.description
+        assert descriptor.read_only is (not spec.dynamic)
+    (refused,) = r.node.set_parameters([Parameter("server_url", value="http://elsewhere")])
+    assert not refused.successful
+    results = r.node.set_parameters(
+        [
+            Parameter("on_late", value="brake"),
+            Parameter("deadline_ms", value=-1.0),
+            Parameter("ttft_budget_ms", value=0.0),
+            Parameter("deadline_ms", value=120.0),
+        ]
+    )
+    assert [res.successful for res in results] == [False, False, False, True]
+    assert "hold, zero, stop" in results[0].reason
+    assert r.node.worker.config.deadline_ms == 120.0
+    assert r.node.monitor.budgets.deadline_ms == 120.0
+
+
+def test_camera_subscription_uses_sensor_data_qos(rig) -> None:
+    r = rig(FakeServer())
+    (sub,) = list(r.node.subscriptions)
+    sensor = rclpy.qos.qos_profile_sensor_data
+    assert (
+        sub.qos_profile.reliability == sensor.reliability == rclpy.qos.ReliabilityPolicy.BEST_EFFORT
+    )
+    assert sub.qos_profile.depth == sensor.depth == 5
+
+
+def test_actions_become_stamped_trajectories_and_instruction_changes_live(rig) -> None:
+    server = FakeServer(action_dim=3)
+    r = rig(server, num_actions=2, control_rate_hz=20.0)
+    r.publish(image(41))
+    wait_for(lambda: len(r.commands) == 2)
+    assert [(c.header.stamp.sec, c.header.stamp.nanosec) for c in r.commands] == [(41, 500)] * 2
+    assert [c.points[0].time_from_start.nanosec for c in r.commands] == [50_000_000, 100_000_000]
+    assert list(r.commands[1].points[0].positions) == [1.0, 1.0, 1.0]
+    assert list(r.commands[0].joint_names) == ["a", "b", "c"]
+    (ok,) = r.node.set_parameters([Parameter("instruction", value="open the drawer")])
+    assert ok.successful
+    r.publish(image(42))
+    wait_for(lambda: len(r.commands) == 4)
+    assert [b["text"] for b in server.accepted] == ["pick up the cube", "open the drawer"]
+
+
+def bad_frames() -> list[tuple[Any, str]]:
+    good = image(1)
+    return [
+        (image(1, encoding="32FC1"), "unsupported encoding"),
+        (image(1, height=0, width=0, step=0, data=b""), "empty image"),
+        (image(1, step=29), "step*height"),
+        (image(1, data=bytes(good.data)[:-3]), "step*height"),
+    ]
+
+
+def warned(r: Rig, words: str) -> bool:
+    warn = diagnostic_msgs.msg.DiagnosticStatus.WARN
+    return any(s.level == warn and words in s.message for d in r.diagnostics for s in d.status)
+
+
+def test_bad_frames_are_dropped_with_a_warning_and_good_ones_still_flow(rig) -> None:
+    r = rig(FakeServer(action_dim=3), num_actions=1)
+    for n, (msg, words) in enumerate(bad_frames(), start=1):
+        r.publish(msg)
+        wait_for(lambda n=n: r.node.monitor.counters["frames_dropped_bad"] == n)
+        wait_for(lambda words=words: warned(r, words))
+    r.publish(image(7))
+    wait_for(lambda: len(r.commands) == 1)
+    assert r.node.monitor.counters["frames_in"] == 5
+    wait_for(lambda: r.statuses()["camera input"].level == diagnostic_msgs.msg.DiagnosticStatus.OK)
+
+
+def test_undecodable_compressed_frame_is_dropped(rig) -> None:
+    r = rig(FakeServer(action_dim=3), compressed=True, num_actions=1)
+    broken = sensor_msgs.msg.CompressedImage(
+        format="rgb8; jpeg compressed bgr8", data=b"\xff\xd8\xff\xe0garbage"
+    )
+    r.publish(broken)
+    wait_for(lambda: r.node.monitor.counters["frames_dropped_bad"] == 1)
+    buf = io.BytesIO()
+    Image.fromarray(PIXELS).save(buf, format="PNG")
+    fine = sensor_msgs.msg.CompressedImage(format="rgb8; png compressed bgr8", data=buf.getvalue())
+    fine.header.stamp.sec = 9
+    r.publish(fine)
+    wait_for(lambda: len(r.commands) == 1)
+    assert r.commands[0].header.stamp.sec == 9
+
+
+def test_two_cameras_send_two_images_per_request(rig) -> None:
+    server = FakeServer(action_dim=3)
+    r = rig(server, image_topics=["/left", "/right"], num_actions=1)
+    r.publish(image(1), "/left")  # no frame from /right yet: nothing is sent
+    wait_for(lambda: r.node.monitor.counters["frames_in"] == 1)
+    r.publish(image(2, PIXELS[::-1].copy()), "/right")
+    time.sleep(0.1)
+    r.publish(image(3), "/left")
+    wait_for(lambda: len(r.commands) == 1)
+    (body,) = server.accepted
+    assert len(body["image_data"]) == 2 and len(set(body["mm_hashes"])) == 2
+    assert r.commands[0].header.stamp.sec == 3  # the trigger camera's stamp
