@@ -1,0 +1,160 @@
+"""Image-conditioned greedy generation through the HTTP server equals transformers' own LLaVA.
+
+For two tiny checkpoints written with transformers (CLIP + Llama, SigLIP + Qwen2 with GQA), six
+requests (three with one image, three with two) are sent concurrently to `/generate` with
+`image_data` and `<image>` placeholders (raw text and the processor's chat template, images as
+base64 PNG, data URL and raw pixels). Each must produce the same 32 greedy tokens as
+`LlavaForConditionalGeneration.generate` fed by the checkpoint's own processor with an explicit
+attention mask; a divergence is excused only where the reference's top-2 logit gap is < 1e-3.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from tests.server_process import run_server
+from tests.tiny_checkpoints import make_llava
+from tests.unit.mm_helpers import random_rgb
+from tests.unit.test_model_runner import TIE_GAP, assert_same_greedy
+
+NEW_TOKENS = 32
+CHECKPOINTS = {
+    "clip-llama": {"text": "llama", "vision": "clip"},
+    "siglip-qwen2-gqa": {"text": "qwen2", "vision": "siglip"},
+}
+
+
+def png_bytes(pixels: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def image_payload(pixels: np.ndarray, form: str) -> Any:
+    """One `image_data` entry for RGB uint8 `pixels` in the given wire form."""
+    if form == "png":
+        return base64.b64encode(png_bytes(pixels)).decode()
+    if form == "data_url":
+        return "data:image/png;base64," + base64.b64encode(png_bytes(pixels)).decode()
+    if form == "raw":
+        data = base64.b64encode(np.ascontiguousarray(pixels).tobytes()).decode()
+        return {"shape": list(pixels.shape), "dtype": "uint8", "data": data}
+    raise ValueError(form)
+
+
+@dataclass
+class Case:
+    text: str | None  # None: built with the processor's chat template from `chat`
+    chat: str
+    forms: list[str]  # one wire form per image
+    seed: int
+
+    def images(self) -> list[np.ndarray]:
+        # Never the tower's 32x32, so both sides resize (CLIP's processor also crops).
+        return [
+            random_rgb(36 + 5 * i + self.seed % 7, 44 + 3 * i, seed=self.seed + i)
+            for i in range(len(self.forms))
+        ]
+
+    def prompt(self, processor: Any) -> str:
+        if self.text is not None:
+            return self.text.format(img=processor.image_token)
+        parts = [{"type": "image"} for _ in self.forms] + [{"type": "text", "text": self.chat}]
+        messages = [{"role": "user", "content": parts}]
+        return processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+
+CASES = [
+    Case("{img}\nWhat action should the robot take to pick up the red cube?", "", ["png"], 10),
+    # Same text, another image: the outputs must differ, or images would not matter.
+    Case("{img}\nWhat action should the robot take to pick up the red cube?", "", ["data_url"], 20),
+    Case(None, "move the arm to the left of the bowl", ["raw"], 30),
+    Case(
+        "left camera {img} right camera {img} move the arm towards the bowl", "", ["png", "raw"], 40
+    ),
+    Case(None, "stack the green block on the plate", ["data_url", "png"], 50),
+    Case("{img}{img} grasp the ball and lift it slowly", "", ["raw", "data_url"], 60),
+]
+
+
+@torch.no_grad()
+def reference(hf: Any, processor: Any, text: str, images: list[np.ndarray]) -> dict[str, Any]:
+    inputs = processor(text=text, images=images, return_tensors="pt")
+    assert "attention_mask" in inputs
+    out = hf.generate(
+        **inputs,  # input_ids, an explicit attention_mask, pixel_values
+        max_new_tokens=NEW_TOKENS,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=processor.tokenizer.pad_token_id,
+        return_dict_in_generate=True,
+        output_logits=True,
+    )
+    prompt_len = inputs["input_ids"].shape[1]
+    tokens = out.sequences[0, prompt_len:].tolist()
+    assert len(tokens) == NEW_TOKENS, "the reference stopped early"
+    return {
+        "tokens": tokens,
+        "logits": torch.stack(out.logits)[:, 0].float(),
+        "prompt_len": prompt_len,
+    }
+
+
+async def serve_all(server: Any, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async with server.async_client() as client:
+
+        async def one(body: dict[str, Any]) -> dict[str, Any]:
+            r = await client.post("/generate", json=body)
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        return await asyncio.gather(*(one(b) for b in bodies))
+
+
+@pytest.mark.parametrize("name", list(CHECKPOINTS))
+def test_greedy_with_images_matches_transformers(name, tmp_path):
+    from transformers import AutoProcessor, LlavaForConditionalGeneration
+
+    path = make_llava(**CHECKPOINTS[name])
+    processor = AutoProcessor.from_pretrained(path)
+    hf = LlavaForConditionalGeneration.from_pretrained(path, dtype=torch.float32).eval()
+    texts = [case.prompt(processor) for case in CASES]
+    images = [case.images() for case in CASES]
+    refs = [reference(hf, processor, t, ims) for t, ims in zip(texts, images, strict=True)]
+    bodies = [
+        {
+            "text": text,
+            "image_data": [image_payload(im, f) for im, f in zip(ims, case.forms, strict=True)],
+            "sampling_params": {
+                "max_new_tokens": NEW_TOKENS,
+                "temperature": 0,
+                "ignore_eos": True,
+            },
+        }
+        for case, text, ims in zip(CASES, texts, images, strict=True)
+    ]
+    with run_server(
+        path, tmp_path, "--max-running-requests", "8", "--max-total-tokens", "4096"
+    ) as server:
+        outs = asyncio.run(serve_all(server, bodies))
+    lines = []
+    for i, (case, ref, out) in enumerate(zip(CASES, refs, outs, strict=True)):
+        label = f"{name} request {i} ({len(case.forms)} image(s), {'+'.join(case.forms)})"
+        # The server's expansion has as many positions as the processor's image tokens.
+        assert out["meta_info"]["prompt_tokens"] == ref["prompt_len"], label
+        matched = assert_same_greedy(out["output_ids"], ref["tokens"], ref["logits"], label)
+        lines.append(
+            f"{label}: {matched}/{NEW_TOKENS} identical"
+            + ("" if matched == NEW_TOKENS else f" (then a near-tie, top-2 gap < {TIE_GAP})")
+        )
+    assert outs[0]["output_ids"] != outs[1]["output_ids"], "the image must steer the output"
+    print("\n".join(lines))
