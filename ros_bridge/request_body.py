@@ -57,7 +57,7 @@ def build_body(
     if multimodal:
         body["image_data"] = [image.image_data for image in images]
         hashes = [image.mm_hash for image in images]
-        if all(h is not None for h in hashes):
+        if hashes and all(h is not None for h in hashes):
             body["mm_hashes"] = hashes
         if settings.unnorm_key:
             body["unnorm_key"] = settings.unnorm_key

@@ -1,0 +1,242 @@
+"""Bridge overhead: frame-to-first-action through VlaBridgeNode vs a direct request.
+
+`python -m ros_bridge.bench_bridge [--server-url URL] [--frames N] [--out FILE.json]`
+
+Both arms run in this process against the same server, one frame at a time (nothing queues or
+is superseded), with the server's caches flushed before every request so each one pays for the
+vision encoder and the prefill:
+
+* direct: the frame's bytes in hand -> a streaming request (base64 image, no hash: the server
+  computes it) on a keep-alive client -> the first action;
+* bridge: a CompressedImage published on the shim's in-process transport -> the node validates,
+  decodes and hashes it, streams the request -> the first JointTrajectory a subscriber receives.
+
+The arms alternate which goes first per frame. The ratio of their P50/P99 is the bridge's own
+overhead. `direct_first_action_ms` doubles as the e2e test's raw model step for one frame.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from ros_bridge import compat
+from ros_bridge.bags import CameraFrame, read_frames
+from ros_bridge.bridge_node import VlaBridgeNode
+from ros_bridge.compat import rclpy, sensor_msgs, trajectory_msgs
+from ros_bridge.replay import camera_msg
+from ros_bridge.request_body import RequestSettings
+from ros_bridge.stream_client import VlaStreamClient
+
+DEFAULT_BAG = Path(__file__).resolve().parents[1] / "tests/data/aloha_transfer_cube_10hz"
+DEFAULT_SETTINGS = RequestSettings(unnorm_key="aloha_left", num_actions=2)
+
+
+def distinct_frames(bag: Path, n: int) -> list[CameraFrame]:
+    """The first `n` frames of the bag with pairwise different payloads."""
+    seen: set[bytes] = set()
+    out = []
+    for frame in read_frames(bag):
+        if frame.data not in seen:
+            seen.add(frame.data)
+            out.append(frame)
+        if len(out) == n:
+            break
+    return out
+
+
+def flush_cache(server_url: str, attempts: int = 50) -> None:
+    """Empties the server's KV/prefix and vision caches (retries while it finishes a request)."""
+    for _ in range(attempts):
+        reply = httpx.post(server_url + "/flush_cache", json={}, timeout=30)
+        if reply.status_code == 200 and reply.json().get("success"):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"server would not flush its cache: {reply.text}")
+
+
+async def _direct_once(
+    client: VlaStreamClient, frame: CameraFrame, settings: RequestSettings
+) -> float:
+    t0 = time.perf_counter()
+    body: dict[str, Any] = {
+        "text": settings.instruction,
+        "stream": True,
+        "image_data": [base64.b64encode(frame.data).decode("ascii")],
+        "num_actions": settings.num_actions,
+        "sampling_params": {"temperature": settings.temperature},
+    }
+    if settings.unnorm_key:
+        body["unnorm_key"] = settings.unnorm_key
+    first = None
+    async for chunk in client.stream(body):
+        if chunk.actions and first is None:
+            first = (time.perf_counter() - t0) * 1000.0
+    if first is None:
+        raise RuntimeError("the server streamed no action")
+    return first
+
+
+def direct_first_action_ms(
+    server_url: str,
+    frames: Sequence[CameraFrame],
+    settings: RequestSettings = DEFAULT_SETTINGS,
+    *,
+    flush: bool = True,
+) -> list[float]:
+    """Per frame, ms from a compressed frame in hand to its first streamed action."""
+
+    async def run() -> list[float]:
+        client = VlaStreamClient(server_url)
+        try:
+            out = []
+            for frame in frames:
+                if flush:
+                    await asyncio.to_thread(flush_cache, server_url)
+                out.append(await _direct_once(client, frame, settings))
+            return out
+        finally:
+            await client.aclose()
+
+    return asyncio.run(run())
+
+
+def summary(samples: Sequence[float]) -> dict[str, float]:
+    values = np.asarray(samples, float)
+    return {
+        "p50_ms": float(np.percentile(values, 50)),
+        "p99_ms": float(np.percentile(values, 99)),
+        "mean_ms": float(values.mean()),
+        "n": len(values),
+    }
+
+
+class _BridgeArm:
+    """The node plus a probe publishing frames and timing the first command per frame."""
+
+    def __init__(self, server_url: str, settings: RequestSettings) -> None:
+        params = {
+            "server_url": server_url,
+            "image_topics": ["/bench/camera"],
+            "compressed": True,
+            "output": "joint_trajectory",
+            "deadline_ms": 60_000.0,
+            "unnorm_key": settings.unnorm_key,
+            "num_actions": settings.num_actions,
+            "instruction": settings.instruction,
+        }
+        overrides = [rclpy.parameter.Parameter(k, value=v) for k, v in params.items()]
+        self.node = VlaBridgeNode(parameter_overrides=overrides)
+        self.probe = rclpy.node.Node("bench_probe")
+        self.first: dict[tuple[int, int], float] = {}
+        self.probe.create_subscription(
+            trajectory_msgs.msg.JointTrajectory, "/commands", self._on_command, 100
+        )
+        self.camera = self.probe.create_publisher(
+            sensor_msgs.msg.CompressedImage, "/bench/camera", rclpy.qos.qos_profile_sensor_data
+        )
+        self.executor = rclpy.executors.MultiThreadedExecutor(num_threads=2)
+        self.executor.add_node(self.node)
+        self.executor.add_node(self.probe)
+        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self.thread.start()
+
+    def _on_command(self, msg: Any) -> None:
+        self.first.setdefault((msg.header.stamp.sec, msg.header.stamp.nanosec), time.perf_counter())
+
+    def once(self, frame: CameraFrame, stamp: tuple[int, int]) -> float:
+        msg = camera_msg(frame)
+        msg.header.stamp.sec, msg.header.stamp.nanosec = stamp
+        t0 = time.perf_counter()
+        self.camera.publish(msg)
+        deadline = time.monotonic() + 120
+        while stamp not in self.first:
+            if time.monotonic() > deadline:
+                raise RuntimeError("no action from the bridge within 120 s")
+            time.sleep(0.0005)
+        elapsed = (self.first[stamp] - t0) * 1000.0
+        self.node.worker.wait_idle(120)
+        return elapsed
+
+    def close(self) -> None:
+        self.executor.shutdown(timeout_sec=10)
+        self.thread.join(10)
+        self.node.destroy_node()
+        self.probe.destroy_node()
+
+
+def bench(server_url: str, frames: Sequence[CameraFrame], settings: RequestSettings) -> dict:
+    rclpy.init(args=[], **({"transport": "inproc"} if compat.USING_SHIM else {}))
+    arm = _BridgeArm(server_url, settings)
+    direct: list[float] = []
+    bridged: list[float] = []
+    try:
+        arm.once(frames[0], (1, 0))  # warm-up: connections, first-call costs
+        direct_first_action_ms(server_url, frames[:1], settings)
+        for i, frame in enumerate(frames):
+            order = ("bridge", "direct") if i % 2 else ("direct", "bridge")
+            for which in order:
+                if which == "direct":
+                    direct += direct_first_action_ms(server_url, [frame], settings)
+                else:
+                    flush_cache(server_url)
+                    bridged.append(arm.once(frame, (100 + i, 0)))
+    finally:
+        arm.close()
+        rclpy.try_shutdown()
+    b, d = summary(bridged), summary(direct)
+    return {
+        "frames": len(frames),
+        "bridge": b,
+        "direct": d,
+        "ratio_p50": b["p50_ms"] / d["p50_ms"],
+        "ratio_p99": b["p99_ms"] / d["p99_ms"],
+        "overhead_p50_ms": b["p50_ms"] - d["p50_ms"],
+    }
+
+
+def add_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--server-url", default=None, help="default: start the demo model")
+    parser.add_argument("--bag", type=Path, default=DEFAULT_BAG)
+    parser.add_argument("--frames", type=int, default=20)
+    parser.add_argument("--unnorm-key", default=DEFAULT_SETTINGS.unnorm_key)
+    parser.add_argument("--num-actions", type=int, default=DEFAULT_SETTINGS.num_actions)
+    parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+
+
+def run(args: argparse.Namespace) -> dict:
+    settings = RequestSettings(unnorm_key=args.unnorm_key, num_actions=args.num_actions)
+    frames = distinct_frames(args.bag, args.frames)
+    if args.server_url:
+        result = bench(args.server_url, frames, settings)
+    else:
+        from ros_bridge.server_launcher import running_server
+        from vla_server.server_subprocess import free_port
+
+        with running_server(port=free_port()) as server:
+            result = bench(server.url, frames, settings)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m ros_bridge.bench_bridge")
+    add_args(parser)
+    run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()
