@@ -16,7 +16,10 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
+from vla_server.entrypoints.actions_api import add_actions_routes
 from vla_server.entrypoints.engine import Node, describe_death, launch_node, stop_processes
+from vla_server.entrypoints.openai_api import add_openai_routes
+from vla_server.entrypoints.openpi_policy import add_openpi_routes
 from vla_server.errors import RequestError, from_msgspec
 from vla_server.managers.generate_request import parse_body
 from vla_server.managers.tokenizer_manager import ClientDisconnected, TokenizerManager
@@ -130,6 +133,9 @@ def create_app(node: Node) -> FastAPI:
             await gen.aclose()  # type: ignore[attr-defined]
 
     add_info_routes(app, node)
+    add_openai_routes(app, node)
+    add_actions_routes(app, node)
+    add_openpi_routes(app, node)
     add_control_routes(app, tm)
     return app
 

@@ -1,0 +1,137 @@
+"""One action query (images + instruction -> action vectors) on the TokenizerManager, with timing.
+
+Shared by `POST /v1/actions` and the openpi policy WebSocket. The prompt is the checkpoint's chat
+template over one user turn, instruction first and images last (see `instruction_messages`);
+sampling is greedy unless the caller sets a temperature. The query always runs as a stream inside
+the node, so each action's completion time is known even when the caller wants one reply.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from vla_server.entrypoints.chat_prompt import chat_prompt_ids, instruction_messages
+from vla_server.entrypoints.frontend_common import finish_error
+from vla_server.errors import RequestError
+from vla_server.managers.generate_request import from_kwargs
+from vla_server.managers.tokenizer_manager import TokenizerManager
+
+
+class ActionFailed(RuntimeError):
+    """The node could not turn the generated tokens into actions (finish type action_error)."""
+
+
+@dataclass
+class ActionQuery:
+    instruction: str
+    images: list[Any]
+    unnorm_key: str | None = None
+    num_actions: int = 1
+    mm_hashes: Any = None
+    temperature: float = 0.0
+    seed: int | None = None
+    rid: str | None = None
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000.0, 3)
+
+
+@dataclass
+class ActionTiming:
+    """Per-stage times in ms since the front end took the query (None: not reached yet)."""
+
+    start: float = field(default_factory=time.perf_counter)
+    prompt_ms: float | None = None  # chat template + tokenization in the front end
+    first_token_ms: float | None = None  # first generated token seen by the front end
+    time_to_first_action_ms: float | None = None  # TokenizerManager: request state -> action
+    action_done_ms: list[float] = field(default_factory=list)  # each action's arrival
+    e2e_ms: float | None = None
+
+    def since_start(self) -> float:
+        return _ms(time.perf_counter() - self.start)
+
+    def observe(self, chunk: dict[str, Any], new_actions: int) -> None:
+        now = self.since_start()
+        if self.first_token_ms is None and chunk.get("output_ids"):
+            self.first_token_ms = now
+        self.action_done_ms += [now] * new_actions
+        ttfa = chunk["meta_info"].get("time_to_first_action")
+        if ttfa is not None:
+            self.time_to_first_action_ms = _ms(ttfa)
+        if chunk["meta_info"].get("finish_reason") is not None:
+            self.e2e_ms = now
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "prompt_ms": self.prompt_ms,
+            "time_to_first_token_ms": self.first_token_ms,
+            "time_to_first_action_ms": self.time_to_first_action_ms,
+            "action_done_ms": self.action_done_ms,
+            "e2e_ms": self.e2e_ms,
+        }
+
+
+@dataclass
+class ActionUpdate:
+    actions: list[list[float]]  # completed since the previous update
+    output_ids: list[int]
+    meta: dict[str, Any]
+
+    @property
+    def finished(self) -> bool:
+        return self.meta.get("finish_reason") is not None
+
+
+def resolved_unnorm_key(tm: TokenizerManager, unnorm_key: str | None) -> str | None:
+    """The statistics key a query uses (the single key when the caller gives none)."""
+    actions = tm.mm.actions
+    if actions is None:
+        raise RequestError("this model has no action tokenizer", "num_actions")
+    try:
+        return actions.resolve_unnorm_key(unnorm_key)
+    except ValueError as e:
+        raise RequestError(str(e), "unnorm_key") from None
+
+
+async def stream_actions(
+    tm: TokenizerManager, query: ActionQuery, timing: ActionTiming, request: Any = None
+) -> AsyncIterator[ActionUpdate]:
+    """Action updates as the node completes them; errors before the first one are raised.
+
+    Raises RequestError for bad input (before any update) or a scheduler rejection, and
+    ActionFailed when decoding the action tokens fails.
+    """
+    if not query.images:
+        raise RequestError("an action query needs at least one image", "image_data")
+    messages = instruction_messages(query.instruction, len(query.images))
+    ids = chat_prompt_ids(tm.tokenizer, messages, "instruction")
+    timing.prompt_ms = timing.since_start()
+    obj = from_kwargs(
+        input_ids=ids,
+        image_data=query.images,
+        mm_hashes=query.mm_hashes,
+        unnorm_key=query.unnorm_key,
+        num_actions=query.num_actions,
+        sampling_params={"temperature": query.temperature, "seed": query.seed},
+        stream=True,
+        rid=query.rid,
+    )
+    gen = tm.generate_request(obj, request)
+    try:
+        async for chunk in gen:
+            assert isinstance(chunk, dict)
+            err = finish_error(chunk)
+            if err is not None:
+                raise err
+            new = chunk.get("actions") or []
+            timing.observe(chunk, len(new))
+            fin = chunk["meta_info"].get("finish_reason") or {}
+            if fin.get("type") == "action_error":
+                raise ActionFailed(fin.get("message", "action decoding failed"))
+            yield ActionUpdate(new, chunk.get("output_ids") or [], chunk["meta_info"])
+    finally:
+        await gen.aclose()

@@ -1,0 +1,198 @@
+"""`POST /v1/actions`: camera image(s) + an instruction -> un-normalised action vectors.
+
+Request (JSON; unknown fields are a 400):
+    instruction: str                     the task, e.g. "pick up the red block"
+    image_data: image | [image, ...]     one per camera, any form POST /generate accepts
+    unnorm_key: str                      the robot/dataset statistics (optional if the checkpoint
+                                         has exactly one)
+    num_actions: int = 1                 action vectors to generate
+    mm_hashes: str | [str, ...]          optional caller image hashes (as in POST /generate)
+    temperature: float = 0 (greedy), seed: int, rid: str
+    return_token_ids: bool = false       also return each action's bin token ids
+    stream: bool = false
+
+Reply: {"id", "object": "actions", "model", "unnorm_key", "action_dim", "actions": [[float]*dim],
+"num_actions", "finish_reason", "usage": {prompt_tokens, completion_tokens, cached_tokens},
+"timing": {prompt_ms, time_to_first_token_ms, time_to_first_action_ms, action_done_ms: [...],
+e2e_ms}} (ms since the server took the request). With `stream: true`: SSE events
+{"object": "actions.chunk", "index": first action's index, "actions": [...new], "num_actions":
+done so far, "finish_reason": null}, the last one with the finish reason, usage and timing, then
+`data: [DONE]`. Errors: 4xx {"error": {...}} before any action; a failure after the first event
+is one `data: {"error": ...}` event before `[DONE]`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+from fastapi import FastAPI, Request
+from fastapi.responses import Response, StreamingResponse
+
+from vla_server.entrypoints.action_request import (
+    ActionFailed,
+    ActionQuery,
+    ActionTiming,
+    ActionUpdate,
+    resolved_unnorm_key,
+    stream_actions,
+)
+from vla_server.entrypoints.engine import Node
+from vla_server.entrypoints.frontend_common import (
+    SSE_DONE,
+    decode_body,
+    prepend,
+    served_model_id,
+    sse,
+)
+from vla_server.errors import RequestError
+from vla_server.managers.tokenizer_manager import ClientDisconnected, TokenizerManager
+
+
+class ActionsBody(msgspec.Struct, forbid_unknown_fields=True):
+    instruction: str
+    image_data: Any = None
+    unnorm_key: str | None = None
+    num_actions: int = 1
+    mm_hashes: Any = None
+    temperature: float = 0.0
+    seed: int | None = None
+    rid: str | None = None
+    return_token_ids: bool = False
+    stream: bool = False
+
+
+def _query(body: ActionsBody) -> ActionQuery:
+    if not body.instruction.strip():
+        raise RequestError("must be a non-empty string", "instruction")
+    images = body.image_data if isinstance(body.image_data, list) else [body.image_data]
+    return ActionQuery(
+        instruction=body.instruction,
+        images=[im for im in images if im is not None],
+        unnorm_key=body.unnorm_key,
+        num_actions=body.num_actions,
+        mm_hashes=body.mm_hashes,
+        temperature=body.temperature,
+        seed=body.seed,
+        rid=body.rid or uuid.uuid4().hex,
+    )
+
+
+def _json(data: Any, status_code: int = 200) -> Response:
+    return Response(msgspec.json.encode(data), status_code, media_type="application/json")
+
+
+def _failed(e: ActionFailed) -> dict[str, Any]:
+    return {"error": {"message": str(e), "type": "action_error"}}
+
+
+class _Reply:
+    """Accumulates one query's actions and builds its reply or stream events."""
+
+    def __init__(self, tm: TokenizerManager, model: str, body: ActionsBody, rid: str):
+        self.tm, self.model, self.body, self.rid = tm, model, body, rid
+        self.actions: list[list[float]] = []
+        self.token_ids: list[int] = []
+
+    def add(self, update: ActionUpdate) -> None:
+        self.actions += update.actions
+        self.token_ids += update.output_ids
+
+    def event(self, update: ActionUpdate, timing: ActionTiming) -> dict[str, Any]:
+        """The stream event for `update`; the final one carries the summary."""
+        start = len(self.actions)
+        self.add(update)
+        event: dict[str, Any] = {
+            "id": self.rid,
+            "object": "actions.chunk",
+            "index": start,
+            "actions": update.actions,
+            "num_actions": len(self.actions),
+        }
+        if self.body.return_token_ids:
+            event["action_token_ids"] = self._groups()[start:]
+        if not update.finished:
+            return {**event, "finish_reason": None}
+        return {**event, **self._summary(update, timing)}
+
+    def final(self, last: ActionUpdate, timing: ActionTiming) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.rid,
+            "object": "actions",
+            "model": self.model,
+            "actions": self.actions,
+            "num_actions": len(self.actions),
+        }
+        if self.body.return_token_ids:
+            out["action_token_ids"] = self._groups()
+        return {**out, **self._summary(last, timing)}
+
+    def _summary(self, last: ActionUpdate, timing: ActionTiming) -> dict[str, Any]:
+        meta = last.meta
+        assert self.tm.mm.actions is not None
+        return {
+            "unnorm_key": resolved_unnorm_key(self.tm, self.body.unnorm_key),
+            "action_dim": self.tm.mm.actions.action_dim,
+            "finish_reason": meta["finish_reason"]["type"],
+            "usage": {
+                "prompt_tokens": meta["prompt_tokens"],
+                "completion_tokens": meta["completion_tokens"],
+                "cached_tokens": meta["cached_tokens"],
+            },
+            "timing": timing.to_json(),
+        }
+
+    def _groups(self) -> list[list[int]]:
+        """The bin token ids of each completed action (one action is action_dim tokens)."""
+        assert self.tm.mm.actions is not None
+        d = self.tm.mm.actions.action_dim
+        ids = self.token_ids
+        return [ids[i * d : (i + 1) * d] for i in range(len(self.actions))]
+
+
+def add_actions_routes(app: FastAPI, node: Node) -> None:
+    tm = node.tokenizer_manager
+    model = served_model_id(node.server_args)
+
+    @app.post("/v1/actions")
+    async def actions(request: Request) -> Response:
+        timing = ActionTiming()
+        body = decode_body(await request.body(), ActionsBody)
+        query = _query(body)
+        assert query.rid is not None
+        reply = _Reply(tm, model, body, query.rid)
+        updates = stream_actions(tm, query, timing, request)
+        try:
+            first = await updates.__anext__()
+            if body.stream:
+                return StreamingResponse(
+                    _events(reply, first, updates, timing), media_type="text/event-stream"
+                )
+            last = first
+            reply.add(first)
+            async for last in updates:
+                reply.add(last)
+            return _json(reply.final(last, timing))
+        except ActionFailed as e:
+            return _json(_failed(e), 500)
+        except ClientDisconnected:
+            return Response(status_code=499)
+
+
+async def _events(
+    reply: _Reply, first: ActionUpdate, updates: AsyncIterator[ActionUpdate], timing: ActionTiming
+) -> AsyncIterator[bytes]:
+    try:
+        async for update in prepend(first, updates):
+            event = reply.event(update, timing)
+            if update.actions or update.finished:  # token-only updates carry nothing to act on
+                yield sse(event)
+    except ActionFailed as e:
+        yield sse(_failed(e))
+    except RequestError as e:
+        yield sse(e.to_json())
+    finally:
+        await updates.aclose()  # type: ignore[attr-defined]
+    yield SSE_DONE

@@ -1,0 +1,42 @@
+"""Prompts from chat messages, rendered with the checkpoint's own chat template.
+
+Messages are in the Hugging Face form: `content` is a string or a list of parts
+`{"type": "text", "text": ...}` / `{"type": "image"}`. LLaVA-family templates render an image
+part as the image placeholder token, which the TokenizerManager expands to the vision tower's
+patch count. A template that renders no placeholder leaves the images to the TokenizerManager's
+default place (the start of the prompt).
+
+The rendered text already holds whatever special tokens the template emits (BOS included), so it
+is tokenized without adding special tokens again -- as `apply_chat_template(tokenize=True)` does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jinja2 import TemplateError
+
+from vla_server.errors import RequestError
+
+
+def chat_prompt_ids(tokenizer: Any, messages: list[dict[str, Any]], field: str) -> list[int]:
+    """Token ids of `messages` followed by the assistant's generation prompt."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise RequestError("this checkpoint has no chat template; use POST /generate", field)
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    except TemplateError as e:
+        raise RequestError(f"the model's chat template rejected the messages: {e}", field) from None
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def instruction_messages(instruction: str, num_images: int) -> list[dict[str, Any]]:
+    """One user turn: the instruction first and the camera images last.
+
+    The instruction is the part that stays the same from one control tick to the next, so with
+    it first the radix cache reuses its KV across frames; each new frame breaks the prefix only
+    from the first image on.
+    """
+    parts: list[dict[str, Any]] = [{"type": "text", "text": instruction}]
+    parts += [{"type": "image"} for _ in range(num_images)]
+    return [{"role": "user", "content": parts}]

@@ -1,0 +1,215 @@
+"""OpenAI-compatible routes on the TokenizerManager: `POST /v1/chat/completions`, `GET /v1/models`.
+
+The messages are rendered with the checkpoint's chat template (image parts become the image
+placeholder) and tokenized here; images travel as `image_data` in prompt order, so decoding,
+hashing and the embedding cache work exactly as for `POST /generate`. Without `max_tokens` a
+completion may use the rest of the context. Errors use OpenAI's shape,
+`{"error": {"message", "type", "param", "code"}}`, with `param` naming the request field (an
+image's `messages[i].content[j].image_url`). The model id is the checkpoint folder's name; a
+request may name it or the full path, or leave `model` out.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+from fastapi import FastAPI, Request
+from fastapi.responses import Response, StreamingResponse
+
+from vla_server.entrypoints.chat_prompt import chat_prompt_ids
+from vla_server.entrypoints.engine import Node
+from vla_server.entrypoints.frontend_common import (
+    SSE_DONE,
+    decode_body,
+    finish_error,
+    prepend,
+    served_model_id,
+    sse,
+)
+from vla_server.entrypoints.openai_protocol import (
+    ChatRequest,
+    finish_reason_name,
+    hf_messages,
+    openai_error_body,
+    usage,
+)
+from vla_server.errors import RequestError
+from vla_server.managers.generate_request import from_kwargs
+from vla_server.managers.tokenizer_manager import ClientDisconnected, TokenizerManager
+
+_IMAGE_FIELD = re.compile(r"^image_data\[(\d+)\]")
+_SAMPLING_PARAM = {"max_new_tokens": "max_tokens"}
+
+
+def _json(data: Any, status_code: int = 200) -> Response:
+    return Response(msgspec.json.encode(data), status_code, media_type="application/json")
+
+
+def _param(field: str | None, image_fields: list[str]) -> str | None:
+    """A node field name (`image_data[1]`, `sampling_params.top_p`) as the OpenAI request's."""
+    if field is None:
+        return None
+    m = _IMAGE_FIELD.match(field)
+    if m and int(m.group(1)) < len(image_fields):
+        return image_fields[int(m.group(1))]
+    if field in ("image_data", "input_ids", "text"):
+        return "messages"
+    if field.startswith("sampling_params."):
+        name = field.split(".", 1)[1]
+        return _SAMPLING_PARAM.get(name, name)
+    return field
+
+
+def _error(e: RequestError, image_fields: list[str], code: str | None = None) -> Response:
+    e.field = _param(e.field, image_fields)
+    return _json(openai_error_body(e, code), e.status_code)
+
+
+class _Completion:
+    """Builds the response objects of one chat completion."""
+
+    def __init__(self, model: str, include_usage: bool):
+        self.id = f"chatcmpl-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.model = model
+        self.include_usage = include_usage
+
+    def chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        out = self._head("chat.completion.chunk", [choice])
+        if self.include_usage:
+            out["usage"] = None
+        return out
+
+    def usage_chunk(self, meta: dict[str, Any]) -> dict[str, Any]:
+        return {**self._head("chat.completion.chunk", []), "usage": usage(meta)}
+
+    def full(self, out: dict[str, Any]) -> dict[str, Any]:
+        meta = out["meta_info"]
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": out["text"]},
+            "logprobs": None,
+            "finish_reason": finish_reason_name(meta["finish_reason"]),
+        }
+        return {**self._head("chat.completion", [choice]), "usage": usage(meta)}
+
+    def _head(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": obj,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        }
+
+
+def _default_max_tokens(tm: TokenizerManager, ids: list[int], num_images: int) -> int:
+    """The rest of the context after the prompt with its images expanded."""
+    assert tm.limits is not None
+    placeholders = ids.count(tm.mm.image_token_id) if tm.mm.image_token_id is not None else 0
+    prompt = len(ids) - placeholders + num_images * tm.mm.tokens_per_image
+    return max(tm.limits.context_len - prompt, 1)
+
+
+def add_openai_routes(app: FastAPI, node: Node) -> None:
+    tm = node.tokenizer_manager
+    model = served_model_id(node.server_args)
+    names = {model, node.server_args.model_path}
+    created = int(time.time())
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        assert tm.limits is not None
+        card = {
+            "id": model,
+            "object": "model",
+            "created": created,
+            "owned_by": "vla-server",
+            "root": node.server_args.model_path,
+            "max_model_len": tm.limits.context_len,
+        }
+        return _json({"object": "list", "data": [card]})
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        image_fields: list[str] = []
+        try:
+            body = decode_body(await request.body(), ChatRequest)
+            body.check()
+            if body.model is not None and body.model not in names:
+                err = RequestError(f"the model {body.model!r} does not exist", "model", 404)
+                return _error(err, image_fields, "model_not_found")
+            messages, urls, image_fields = hf_messages(body.messages)
+            ids = chat_prompt_ids(tm.tokenizer, messages, "messages")
+            params = {
+                "max_new_tokens": body.max_new_tokens or _default_max_tokens(tm, ids, len(urls)),
+                "temperature": body.temperature,
+                "top_p": body.top_p,
+                "seed": body.seed,
+                "stop": [body.stop] if isinstance(body.stop, str) else body.stop or [],
+            }
+            completion = _Completion(model, body.include_usage)
+            obj = from_kwargs(
+                input_ids=ids,
+                image_data=urls or None,
+                sampling_params=params,
+                stream=body.stream,
+                rid=completion.id,  # so POST /abort_request can name it
+            )
+            return await _respond(tm, obj, request, completion)
+        except RequestError as e:
+            return _error(e, image_fields)
+
+
+async def _respond(tm: TokenizerManager, obj: Any, request: Request, c: _Completion) -> Response:
+    gen = tm.generate_request(obj, request)
+    if not obj.stream:
+        try:
+            out = [o async for o in gen][-1]
+        except ClientDisconnected:
+            return Response(status_code=499)
+        assert isinstance(out, dict)
+        err = finish_error(out)
+        if err is not None:
+            raise err
+        return _json(c.full(out))
+    first = await gen.__anext__()
+    assert isinstance(first, dict)
+    err = finish_error(first)
+    if err is not None and not first.get("output_ids"):
+        await gen.aclose()
+        raise err
+    return StreamingResponse(_stream(c, first, gen), media_type="text/event-stream")
+
+
+async def _stream(
+    c: _Completion, first: dict[str, Any], gen: AsyncIterator[Any]
+) -> AsyncIterator[bytes]:
+    """Role first, then content deltas, a finish chunk, the usage chunk if asked, `[DONE]`."""
+    try:
+        yield sse(c.chunk({"role": "assistant", "content": ""}))
+        async for out in prepend(first, gen):
+            err = finish_error(out)
+            if err is not None:
+                raise err
+            if out["text"]:
+                yield sse(c.chunk({"content": out["text"]}))
+            finish = out["meta_info"]["finish_reason"]
+            if finish is not None:
+                yield sse(c.chunk({}, finish_reason_name(finish)))
+                if c.include_usage:
+                    yield sse(c.usage_chunk(out["meta_info"]))
+                break
+    except ClientDisconnected:
+        return
+    except RequestError as e:  # the engine failed or the request was rejected mid-stream
+        yield sse(openai_error_body(e))
+    finally:
+        await gen.aclose()  # type: ignore[attr-defined]
+    yield SSE_DONE

@@ -1,0 +1,137 @@
+"""openpi observation dicts -> action queries, and the policy endpoint's settings.
+
+An observation is the dict an openpi client sends (`WebsocketClientPolicy.infer(obs)`). Keys read:
+
+* `prompt` (str, required): the instruction;
+* the camera images: uint8 `[H, W, 3]` or `[3, H, W]` arrays (float arrays in [0, 1] are scaled
+  to uint8, as openpi's own policies do). Which keys are images is set by
+  `VLA_OPENPI_IMAGE_KEYS`; by default every array of two or more dimensions under a key whose
+  path contains "image" (`observation/image`, `observation/wrist_image`,
+  `observation/exterior_image_1_left`, `images/cam_high`, ...), in the observation's order.
+  Nested dicts are addressed with "/": `{"images": {"cam_high": a}}` is `images/cam_high`;
+* optional per request: `unnorm_key` (str), `num_actions` (int, the horizon), `mm_hashes`.
+
+Everything else (`state`, `observation/joint_position`, ...) is accepted and ignored: LLaVA-style
+VLAs condition on images and text only.
+
+Settings, environment variables of `vla-server serve` read once at start-up:
+
+* `VLA_OPENPI_IMAGE_KEYS`: comma-separated image keys in camera order (default: auto, as above);
+* `VLA_OPENPI_ACTION_HORIZON`: actions per reply when the observation gives no `num_actions`
+  (default 1, one OpenVLA-style step);
+* `VLA_OPENPI_UNNORM_KEY`: the statistics key when the observation gives no `unnorm_key`
+  (default none: fine for a checkpoint with a single key).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from vla_server.entrypoints.action_request import ActionQuery
+from vla_server.errors import RequestError
+
+
+@dataclass(frozen=True)
+class OpenpiConfig:
+    image_keys: tuple[str, ...] = ()  # empty: auto-detect
+    action_horizon: int = 1
+    unnorm_key: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> OpenpiConfig:
+        keys = tuple(
+            k.strip() for k in env.get("VLA_OPENPI_IMAGE_KEYS", "").split(",") if k.strip()
+        )
+        horizon_text = env.get("VLA_OPENPI_ACTION_HORIZON", "1")
+        try:
+            horizon = int(horizon_text)
+        except ValueError:
+            horizon = 0
+        if horizon < 1:
+            raise ValueError(
+                f"VLA_OPENPI_ACTION_HORIZON must be an integer >= 1, not {horizon_text!r}"
+            )
+        return cls(keys, horizon, env.get("VLA_OPENPI_UNNORM_KEY") or None)
+
+
+def _flatten(obs: Mapping[Any, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in obs.items():
+        name = key.decode(errors="replace") if isinstance(key, bytes) else str(key)
+        path = f"{prefix}/{name}" if prefix else name
+        if isinstance(value, Mapping):
+            yield from _flatten(value, path)
+        else:
+            yield path, value
+
+
+def _is_auto_image(path: str, value: Any) -> bool:
+    return (
+        "image" in path.lower()
+        and isinstance(value, np.ndarray)
+        and value.ndim >= 2
+        and value.dtype.kind in "uif"
+    )
+
+
+def to_rgb_uint8(value: Any, key: str) -> np.ndarray:
+    """One camera image as contiguous uint8 `[H, W, C]` (C-last), or a RequestError naming `key`."""
+    if not isinstance(value, np.ndarray):
+        raise RequestError(f"must be a numpy image array, not {type(value).__name__}", key)
+    image = value
+    if image.ndim == 3 and image.shape[0] in (1, 3) and image.shape[-1] not in (1, 3, 4):
+        image = image.transpose(1, 2, 0)  # CHW, as openpi's ALOHA clients send
+    if image.ndim not in (2, 3) or (image.ndim == 3 and image.shape[-1] not in (1, 3, 4)):
+        raise RequestError(f"image shape {list(value.shape)} is not [H,W,3] or [3,H,W]", key)
+    if image.dtype.kind == "f":
+        if not np.isfinite(image).all():
+            raise RequestError("float image has non-finite values", key)
+        image = np.rint(np.clip(image, 0.0, 1.0) * 255.0).astype(np.uint8)
+    elif image.dtype != np.uint8:
+        raise RequestError(f"image dtype {value.dtype} is not uint8 (or float in [0, 1])", key)
+    return np.ascontiguousarray(image)
+
+
+def _images(flat: dict[str, Any], cfg: OpenpiConfig) -> list[np.ndarray]:
+    if cfg.image_keys:
+        missing = [k for k in cfg.image_keys if k not in flat]
+        if missing:
+            raise RequestError(f"the observation has no image under {missing[0]!r}", missing[0])
+        return [to_rgb_uint8(flat[k], k) for k in cfg.image_keys]
+    images = [to_rgb_uint8(v, k) for k, v in flat.items() if _is_auto_image(k, v)]
+    if not images:
+        raise RequestError(
+            "no camera image found (an array under a key containing 'image'; "
+            "or set VLA_OPENPI_IMAGE_KEYS)",
+            "observation",
+        )
+    return images
+
+
+def _optional(obs: Mapping[str, Any], key: str, kind: type, default: Any) -> Any:
+    value = obs.get(key, default)
+    if value is default:
+        return value
+    if isinstance(value, np.generic):
+        value = value.item()
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise RequestError(f"must be a {kind.__name__}", key)
+    return value
+
+
+def observation_query(obs: Any, cfg: OpenpiConfig) -> ActionQuery:
+    if not isinstance(obs, Mapping):
+        raise RequestError("the observation must be a msgpack map", "observation")
+    prompt = obs.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise RequestError("the observation needs a non-empty string 'prompt'", "prompt")
+    return ActionQuery(
+        instruction=prompt,
+        images=_images(dict(_flatten(obs)), cfg),
+        unnorm_key=_optional(obs, "unnorm_key", str, cfg.unnorm_key),
+        num_actions=_optional(obs, "num_actions", int, cfg.action_horizon),
+        mm_hashes=obs.get("mm_hashes"),
+    )

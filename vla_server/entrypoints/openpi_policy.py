@@ -1,0 +1,147 @@
+"""An openpi-compatible policy WebSocket on the HTTP server's own port, and `GET /healthz`.
+
+openpi's client (`openpi_client.websocket_client_policy.WebsocketClientPolicy(host, port)`)
+connects to `ws://host:port` -- the root path -- so the route is `/` on the same uvicorn app.
+Protocol, as openpi's `WebsocketPolicyServer`:
+
+1. on connect the server sends a msgpack-numpy map of metadata (model, action_dim,
+   action_horizon, unnorm_keys, unnorm_key, image_keys, uses_state);
+2. then, for each binary frame from the client (an observation, see `openpi_observation`), one
+   binary frame back: `{"actions": float64 [horizon, action_dim], "server_timing": {"infer_ms",
+   "prev_total_ms" (the previous round trip, from the second reply on)}, "policy_timing":
+   {prompt_ms, time_to_first_token_ms, time_to_first_action_ms, action_done_ms, e2e_ms}}`;
+3. on an error the server sends one text frame with the reason (the client raises it as a
+   RuntimeError) and closes: code 1008 for a bad observation, 1011 for a failure in the node.
+   Unlike openpi no traceback leaves the server; it goes to the log.
+
+With `--api-key`, the handshake must carry `Authorization: Api-Key KEY` (what the openpi client
+sends for `api_key=KEY`) or `Bearer KEY`; otherwise it is refused with HTTP 403. Inference is an
+await on the TokenizerManager, so a slow query never blocks other connections.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import logging
+import os
+import time
+from typing import Any
+
+import numpy as np
+from fastapi import FastAPI, WebSocket, WebSocketDisconnect
+from fastapi.responses import PlainTextResponse
+
+from vla_server.entrypoints.action_request import (
+    ActionFailed,
+    ActionQuery,
+    ActionTiming,
+    stream_actions,
+)
+from vla_server.entrypoints.engine import Node
+from vla_server.entrypoints.frontend_common import served_model_id
+from vla_server.entrypoints.openpi_observation import OpenpiConfig, observation_query
+from vla_server.entrypoints.openpi_wire import WireFormatError, pack, unpack
+from vla_server.errors import RequestError
+from vla_server.managers.tokenizer_manager import TokenizerManager
+
+logger = logging.getLogger(__name__)
+
+CLOSE_BAD_INPUT, CLOSE_INTERNAL = 1008, 1011
+INTERNAL_REASON = "Internal server error. Reason included in previous frame."
+
+
+def _authorized(ws: WebSocket, api_key: str | None) -> bool:
+    if not api_key:
+        return True
+    got = ws.headers.get("authorization", "").encode()
+    return any(hmac.compare_digest(got, f"{s} {api_key}".encode()) for s in ("Api-Key", "Bearer"))
+
+
+def _metadata(node: Node, cfg: OpenpiConfig) -> dict[str, Any]:
+    actions = node.tokenizer_manager.mm.actions
+    return {
+        "server": "vla-server",
+        "model": served_model_id(node.server_args),
+        "action_dim": actions.action_dim if actions else None,
+        "action_horizon": cfg.action_horizon,
+        "unnorm_keys": actions.unnorm_keys() if actions else [],
+        "unnorm_key": cfg.unnorm_key,
+        "image_keys": list(cfg.image_keys) or "auto",
+        "uses_state": False,
+    }
+
+
+async def _infer(tm: TokenizerManager, query: ActionQuery) -> dict[str, Any]:
+    timing = ActionTiming()
+    actions: list[list[float]] = []
+    async for update in stream_actions(tm, query, timing):
+        actions += update.actions
+        if update.finished and update.meta["finish_reason"]["type"] != "length":
+            raise ActionFailed(f"the query ended early: {update.meta['finish_reason']}")
+    return {"actions": np.asarray(actions, dtype=np.float64), "policy_timing": timing.to_json()}
+
+
+async def _reply(tm: TokenizerManager, cfg: OpenpiConfig, frame: bytes) -> dict[str, Any]:
+    try:
+        obs = unpack(frame)
+    except WireFormatError as e:
+        raise RequestError(str(e), "observation") from None
+    return await _infer(tm, observation_query(obs, cfg))
+
+
+async def _fail(ws: WebSocket, message: str, code: int, reason: str) -> None:
+    await ws.send_text(message)
+    await ws.close(code=code, reason=reason)
+
+
+async def _serve(ws: WebSocket, tm: TokenizerManager, cfg: OpenpiConfig) -> None:
+    prev_total_ms: float | None = None
+    while True:
+        msg = await ws.receive()
+        if msg["type"] == "websocket.disconnect":
+            return
+        start = time.perf_counter()
+        try:
+            if msg.get("bytes") is None:
+                raise RequestError("expected a binary msgpack frame", "observation")
+            out = await _reply(tm, cfg, msg["bytes"])
+        except RequestError as e:
+            where = f"{e.field}: " if e.field else ""
+            code = CLOSE_BAD_INPUT if e.status_code < 500 else CLOSE_INTERNAL
+            return await _fail(ws, f"{where}{e.message}", code, "invalid observation")
+        except ActionFailed as e:
+            return await _fail(ws, f"action decoding failed: {e}", CLOSE_INTERNAL, INTERNAL_REASON)
+        out["server_timing"] = {"infer_ms": (time.perf_counter() - start) * 1000.0}
+        if prev_total_ms is not None:
+            out["server_timing"]["prev_total_ms"] = prev_total_ms
+        await ws.send_bytes(pack(out))
+        prev_total_ms = (time.perf_counter() - start) * 1000.0
+
+
+def add_openpi_routes(app: FastAPI, node: Node) -> None:
+    tm = node.tokenizer_manager
+    cfg = OpenpiConfig.from_env(os.environ)
+    api_key = node.server_args.api_key
+
+    @app.get("/healthz")
+    async def healthz() -> PlainTextResponse:
+        return PlainTextResponse("OK\n")
+
+    @app.websocket("/")
+    async def openpi_policy(ws: WebSocket) -> None:
+        if not _authorized(ws, api_key):
+            await ws.close(code=CLOSE_BAD_INPUT, reason="missing or wrong API key")
+            return
+        await ws.accept()
+        try:
+            await ws.send_bytes(pack(_metadata(node, cfg)))
+            await _serve(ws, tm, cfg)
+        except (WebSocketDisconnect, OSError):
+            return  # the client went away (uvicorn reports a send after that as an OSError)
+        except Exception as e:
+            logger.exception("openpi policy connection failed")
+            with contextlib.suppress(WebSocketDisconnect, OSError, RuntimeError):
+                await _fail(
+                    ws, f"internal error: {type(e).__name__}", CLOSE_INTERNAL, INTERNAL_REASON
+                )
