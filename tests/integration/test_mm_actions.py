@@ -1,0 +1,176 @@
+"""Action decoding through the server on the demo VLA, against OpenVLA's published formula.
+
+The reference is implemented here, from OpenVLA's `ActionTokenizer.decode_token_ids_to_actions`
+and `OpenVLAForActionPrediction.predict_action`: bins = linspace(-1, 1, n_bins), centres of
+consecutive bins, bin index = clip(vocab_size - id - 1, 0, n_centres - 1), then
+0.5 * (x + 1) * (q99 - q01) + q01 where mask is true. `vocab_size` is the tokenizer's size
+(`len(tokenizer)`: the demo's bins are its last ids), read from the folder with transformers, and
+the statistics are read from the folder's `action_tokenizer.json` directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.integration.test_mm_vs_transformers import image_payload
+from tests.server_process import run_server
+from tests.unit.mm_helpers import random_rgb
+from vla_server.model.demo import demo_model_path
+
+PROMPT = "What action should the robot take to pick up the red block?"
+UNNORM_KEYS = ["demo_arm", "aloha_left"]
+
+
+def openvla_actions(
+    ids: list[int], vocab_size: int, spec: dict[str, Any], unnorm_key: str
+) -> np.ndarray:
+    """OpenVLA's decode + un-normalisation of `ids` (a whole number of actions)."""
+    bins = np.linspace(-1, 1, spec["n_bins"])
+    centres = (bins[:-1] + bins[1:]) / 2.0
+    discretized = vocab_size - np.asarray(ids, dtype=np.int64)
+    normalized = centres[np.clip(discretized - 1, a_min=0, a_max=centres.shape[0] - 1)]
+    stats = spec["norm_stats"][unnorm_key]["action"]
+    q01, q99 = np.asarray(stats["q01"]), np.asarray(stats["q99"])
+    mask = np.asarray(stats.get("mask", np.ones_like(q01, dtype=bool)))
+    actions = normalized.reshape(-1, spec["action_dim"])
+    return np.where(mask, 0.5 * (actions + 1) * (q99 - q01) + q01, actions)
+
+
+class Demo:
+    def __init__(self, path: Path, server: Any):
+        from transformers import AutoTokenizer
+
+        self.path = path
+        self.server = server
+        self.spec = json.loads((path / "action_tokenizer.json").read_text())
+        self.vocab_size = len(AutoTokenizer.from_pretrained(path))
+        self.base_vocab_size = AutoTokenizer.from_pretrained(path).vocab_size
+        config = json.loads((path / "config.json").read_text())
+        self.padded_vocab_size = config["text_config"]["vocab_size"]
+        self.first_bin = self.vocab_size - self.spec["n_bins"]
+
+    def body(self, seed: int, unnorm_key: str, num_actions: int, **extra: Any) -> dict[str, Any]:
+        return {
+            "text": PROMPT,
+            "image_data": image_payload(random_rgb(120, 160, seed=seed), "png"),
+            "num_actions": num_actions,
+            "unnorm_key": unnorm_key,
+            "sampling_params": {"temperature": 0},
+            **extra,
+        }
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    path = demo_model_path()
+    with run_server(path, tmp_path_factory.mktemp("demo-actions")) as server:
+        yield Demo(path, server)
+
+
+async def post_all(server: Any, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async with server.async_client() as client:
+        replies = await asyncio.gather(*(client.post("/generate", json=b) for b in bodies))
+    for r in replies:
+        assert r.status_code == 200, r.text
+    return [r.json() for r in replies]
+
+
+def test_actions_equal_the_openvla_formula_for_each_unnorm_key(demo):
+    # The checkpoint's bins are the last n_bins ids of the tokenizer (what OpenVLA assumes).
+    assert demo.spec["bin_token_ids"]["first"] == demo.first_bin
+    seeds = [1, 2, 3]
+    greedy = [demo.body(s, key, 12) for s in seeds for key in UNNORM_KEYS]
+    # Near-uniform sampling over the bins (16 x 112 draws) reaches both ends of the range,
+    # where the clipping (first bin id) and the top bin (last id) are decoded.
+    sampled = [
+        demo.body(4, UNNORM_KEYS[i % 2], 16, sampling_params={"temperature": 50.0, "seed": i})
+        for i in range(16)
+    ]
+    outs = asyncio.run(post_all(demo.server, greedy + sampled))
+    all_ids: set[int] = set()
+    for body, out in zip(greedy + sampled, outs, strict=True):
+        ids = out["output_ids"]
+        assert len(ids) == body["num_actions"] * demo.spec["action_dim"]
+        assert all(demo.first_bin <= t < demo.vocab_size for t in ids), "sampling unconstrained"
+        assert out["meta_info"]["num_actions"] == body["num_actions"]
+        want = openvla_actions(ids, demo.vocab_size, demo.spec, body["unnorm_key"])
+        np.testing.assert_allclose(np.asarray(out["actions"]), want, rtol=0, atol=1e-12)
+        all_ids.update(ids)
+    # The key changes only the un-normalisation, never the tokens.
+    for i in range(0, len(greedy), 2):
+        assert outs[i]["output_ids"] == outs[i + 1]["output_ids"]
+        assert outs[i]["actions"] != outs[i + 1]["actions"]
+    assert {demo.first_bin, demo.vocab_size - 1} <= all_ids, "both ends of the bins decoded"
+    assert len(all_ids) > demo.spec["n_bins"] // 2
+
+
+def test_padded_vocabulary_trap(demo):
+    """The right base is len(tokenizer); the model's padded vocabulary (or HF's BPE-only
+    `tokenizer.vocab_size`) in the same formula gives other actions than the server's."""
+    info = demo.server.client().get("/get_model_info").json()
+    assert info["vocab_size"] == demo.padded_vocab_size > demo.vocab_size > demo.base_vocab_size
+    (out,) = asyncio.run(post_all(demo.server, [demo.body(5, "demo_arm", 8)]))
+    served = np.asarray(out["actions"])
+    ids = out["output_ids"]
+    np.testing.assert_allclose(
+        served, openvla_actions(ids, demo.vocab_size, demo.spec, "demo_arm"), rtol=0, atol=1e-12
+    )
+    for wrong in (demo.padded_vocab_size, demo.base_vocab_size):
+        trapped = openvla_actions(ids, wrong, demo.spec, "demo_arm")
+        assert not np.allclose(trapped, served), f"vocab_size {wrong} should shift the bins"
+
+
+def sse_chunks(server: Any, body: dict[str, Any]) -> list[dict[str, Any]]:
+    chunks = []
+    with (
+        httpx.Client(base_url=server.url, timeout=120) as client,
+        client.stream("POST", "/generate", json={**body, "stream": True}) as r,
+    ):
+        assert r.status_code == 200, r.read()
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                chunks.append(json.loads(line[len("data: ") :]))
+    return chunks
+
+
+def metric_value(server: Any, name: str) -> float:
+    text = server.client().get("/metrics").text
+    line = next(x for x in text.splitlines() if x.startswith(name + " "))
+    return float(line.split()[1])
+
+
+def test_stream_delivers_each_action_when_its_last_token_arrives(demo):
+    dim, n_actions = demo.spec["action_dim"], 8
+    ttfa_before = metric_value(demo.server, "vla_time_to_first_action_seconds_count")
+    chunks = sse_chunks(demo.server, demo.body(6, "aloha_left", n_actions))
+    ids: list[int] = []
+    actions: list[list[float]] = []
+    partial = 0  # chunks that end inside an action: proof the stream is finer than actions
+    for chunk in chunks:
+        ids += chunk["output_ids"]
+        actions += chunk["actions"]
+        meta = chunk["meta_info"]
+        assert meta["completion_tokens"] == len(ids)
+        # Every action whose last token has arrived is in this chunk or an earlier one, and
+        # none arrives before its last token.
+        assert len(actions) == len(ids) // dim == meta["num_actions"], meta
+        partial += len(ids) % dim != 0
+    assert (
+        len(actions) == n_actions and chunks[-1]["meta_info"]["finish_reason"]["type"] == "length"
+    )
+    assert partial > 0, "the stream coalesced everything into whole actions"
+    np.testing.assert_allclose(
+        np.asarray(actions),
+        openvla_actions(ids, demo.vocab_size, demo.spec, "aloha_left"),
+        rtol=0,
+        atol=1e-12,
+    )
+    ttfa_after = metric_value(demo.server, "vla_time_to_first_action_seconds_count")
+    assert ttfa_after == ttfa_before + 1
