@@ -116,6 +116,10 @@ class BridgeWorker:
     def digest(self) -> bytes | None:
         return self._server.digest
 
+    @property
+    def request_in_flight(self) -> bool:
+        return self._gate.in_flight is not None
+
     def wait_idle(self, timeout_s: float) -> bool:
         """True once no frame is waiting or in flight (polls; for replay and tests)."""
         deadline = time.monotonic() + timeout_s
