@@ -7,6 +7,7 @@ import importlib
 
 BENCHES = {
     "serving": "vla_server.bench.serving",
+    "multimodal": "vla_server.bench.multimodal",
 }
 
 
