@@ -82,8 +82,9 @@ def itl_rows(bandwidth: float, probe: ItlProbe, backends=("torch", "triton")) ->
 
 def _itl_note(itl: ServedItl, bandwidth: float) -> str:
     bound_ms = itl.weight_bytes / bandwidth * 1e3
+    mean = "" if itl.mean_ms is None else f", mean {itl.mean_ms:.2f} ms"
     return (
-        f"{itl.model} p50 {itl.p50_ms:.2f} ms, p99 {itl.p99_ms:.2f} ms, bandwidth bound "
+        f"{itl.model} p50 {itl.p50_ms:.2f} ms, p99 {itl.p99_ms:.2f} ms{mean}, bandwidth bound "
         f"{bound_ms:.2f} ms ({itl.weight_bytes / 1e9:.2f} GB at {bandwidth / 1e9:.0f} GB/s), "
         f"p50/bound {itl.p50_ms / bound_ms:.2f}x"
     )
@@ -162,7 +163,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 def _itl_plan(args: argparse.Namespace, device: str) -> ItlPlan:
     tokens = args.served_itl_tokens or (16 if args.served_itl_model == "tiny" else 256)
     prompt = 16 if args.served_itl_model == "tiny" else 128
-    return ItlPlan(args.served_itl_batches, tokens, prompt, min(8, tokens), device)
+    return ItlPlan(args.served_itl_batches, tokens, prompt, device)
 
 
 def main(argv: list[str] | None = None) -> int:

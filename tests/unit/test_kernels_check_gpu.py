@@ -44,7 +44,8 @@ def test_itl_rows_compare_with_the_bandwidth_bound():
         if backend == "torch":
             raise RuntimeError("the node exited with 1:\nTraceback ...")
         return [
-            ServedItl(p50_ms=1.0, p99_ms=1.5, weight_bytes=2_000_000_000, batch=b) for b in (1, 8)
+            ServedItl(p50_ms=1.0, p99_ms=1.5, weight_bytes=2_000_000_000, batch=b, mean_ms=1.2)
+            for b in (1, 8)
         ]
 
     torch_row, *triton_rows = itl_rows(4e12, probe)
@@ -54,7 +55,7 @@ def test_itl_rows_compare_with_the_bandwidth_bound():
     for row in triton_rows:
         assert "bandwidth bound 0.50 ms" in row.note and "p50/bound 2.00x" in row.note
     table = format_table([torch_row, *triton_rows])
-    assert "served ITL" in table and "p99 1.50 ms" in table
+    assert "served ITL" in table and "p99 1.50 ms, mean 1.20 ms" in table
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA path")
