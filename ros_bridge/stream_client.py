@@ -85,22 +85,29 @@ class VlaStreamClient:
     async def stream(self, body: dict[str, Any]) -> AsyncIterator[StreamChunk]:
         """Yields chunks until `[DONE]`; raises ServerUnavailable if the stream breaks off."""
         parser = SseParser()
+        done = False
         try:
             async with self._http.stream("POST", "/generate", json=body) as response:
                 await _raise_for_status(response)
                 async for line in response.aiter_lines():
+                    if done:
+                        continue  # drain: an unread response cannot return to the pool
                     for item in parser.feed(line):
                         if item == DONE:
-                            return
+                            done = True
+                            break
                         yield item  # type: ignore[misc]
-                for item in parser.finish():
-                    if item != DONE:
+                for item in [] if done else parser.finish():
+                    if item == DONE:
+                        done = True
+                    else:
                         yield item  # type: ignore[misc]
         except httpx.HTTPError as exc:
             raise ServerUnavailable(_describe(exc)) from None
         finally:
             self.malformed_lines += parser.malformed
-        raise ServerUnavailable("stream ended without [DONE]")
+        if not done:
+            raise ServerUnavailable("stream ended without [DONE]")
 
     async def _get_json(self, path: str) -> dict[str, Any]:
         try:
