@@ -67,6 +67,8 @@ class ActionsBody(msgspec.Struct, forbid_unknown_fields=True):
 def _query(body: ActionsBody) -> ActionQuery:
     if not body.instruction.strip():
         raise RequestError("must be a non-empty string", "instruction")
+    if body.temperature < 0:
+        raise RequestError("must be >= 0", "temperature")
     images = body.image_data if isinstance(body.image_data, list) else [body.image_data]
     return ActionQuery(
         instruction=body.instruction,
