@@ -11,6 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
 from typing import Any
 
 import httpx
@@ -18,11 +27,15 @@ import numpy as np
 import psutil
 import pytest
 
+from ros_bridge import compat
 from ros_bridge.bags import raw_frame, read_frames
 from ros_bridge.bench_bridge import flush_cache
+from ros_bridge.compat import rclpy, sensor_msgs, std_msgs
 from ros_bridge.frame_input import PreparedImage, prepare_image
+from ros_bridge.replay import camera_msg
+from ros_bridge.shim.transport.dds import LOOPBACK_CONFIG
 from ros_bridge.stream_client import VlaStreamClient
-from tests.e2e.test_replay_latency import BAG
+from tests.e2e.test_replay_latency import BAG, REPO
 from tests.server_process import run_server
 
 
@@ -120,3 +133,88 @@ def test_keep_alive_one_connection_for_many_streams(server) -> None:
 
     seen = asyncio.run(run())
     assert len(seen[0]) == 1 and seen[0] == seen[1] == seen[2]
+
+
+def test_replay_command_writes_report_and_plot(server, tmp_path) -> None:
+    report, plot = tmp_path / "report.json", tmp_path / "plot.png"
+    cmd = [
+        sys.executable,
+        "-m",
+        "ros_bridge.cli",
+        "replay",
+        str(BAG),
+        "--server-url",
+        server.url,
+        "--report",
+        str(report),
+        "--plot",
+        str(plot),
+        "--rate",
+        "4",
+        "--instruction",
+        "stack the cube",
+        "--param",
+        "unnorm_key:=aloha_left",
+        "--param",
+        "num_actions:=1",
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(report.read_text())
+    assert data["frames_in"] == 100 and data["instruction"] == "stack the cube"
+    assert data["frames_processed"] == data["action_streams"] > 0
+    assert data["actions_published"] == data["frames_processed"]  # num_actions:=1
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+    assert json.loads(done.stdout.strip().splitlines()[-1])["frames_in"] == 100
+
+
+@pytest.mark.skipif(not compat.USING_SHIM, reason="the shim's DDS transport is under test")
+def test_vla_bridge_run_talks_dds_to_other_processes(server, tmp_path, monkeypatch) -> None:
+    """`vla-bridge run` in its own process; this process is the camera and the controller."""
+    domain = random.randint(1, 200)
+    env = {**os.environ, "CYCLONEDDS_URI": LOOPBACK_CONFIG, "ROS_DOMAIN_ID": str(domain)}
+    camera_topic = f"/t{uuid.uuid4().hex[:8]}/image_raw/compressed"
+    cmd = [
+        sys.executable,
+        "-m",
+        "ros_bridge.cli",
+        "--start_server",
+        "false",
+        "--port",
+        str(server.port),
+        "--camera",
+        camera_topic,
+        "--compressed",
+        "true",
+        "--unnorm_key",
+        "aloha_left",
+        "--joint_names",
+        *[f"j{i}" for i in range(7)],
+    ]
+    log = open(tmp_path / "bridge.log", "w")  # noqa: SIM115
+    bridge = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+    monkeypatch.setenv("CYCLONEDDS_URI", LOOPBACK_CONFIG)
+    try:
+        rclpy.init(args=[], transport="dds", domain_id=domain)
+        node = rclpy.node.Node("robot")
+        commands: list[Any] = []
+        node.create_subscription(std_msgs.msg.Float64MultiArray, "/commands", commands.append, 10)
+        camera = node.create_publisher(
+            sensor_msgs.msg.CompressedImage, camera_topic, rclpy.qos.qos_profile_sensor_data
+        )
+        frames = itertools.cycle(itertools.islice(read_frames(BAG), 10))
+        deadline = time.monotonic() + 180
+        while not commands:
+            assert time.monotonic() < deadline, (tmp_path / "bridge.log").read_text()[-3000:]
+            assert bridge.poll() is None, (tmp_path / "bridge.log").read_text()[-3000:]
+            camera.publish(camera_msg(next(frames)))
+            rclpy.spin_once(node, timeout_sec=0.2)
+        assert len(commands[0].data) == 7
+        bridge.send_signal(signal.SIGINT)
+        assert bridge.wait(30) == 0
+    finally:
+        if bridge.poll() is None:
+            bridge.kill()
+            bridge.wait(10)
+        log.close()
+        rclpy.try_shutdown()
