@@ -169,3 +169,16 @@ def test_text_only_server_gets_the_instruction_only(make_worker) -> None:
     wait_for(lambda: len(server.bodies) >= 1)
     assert "image_data" not in server.bodies[0] and sink.actions == []
     assert any(level == "warn" and "no image/action support" in m for level, m in sink.reports)
+
+
+def test_frame_that_waited_past_its_deadline_is_never_sent(make_worker) -> None:
+    server = FakeServer(first_token_delay_s=0.6)
+    worker, sink = make_worker(server, deadline_ms=200.0, on_late=OnLate.HOLD)
+    worker.submit(job(1))
+    wait_for(lambda: len(server.accepted) == 1)
+    worker.submit(job(2))  # waits behind frame 1, past its own deadline
+    wait_for(lambda: worker.monitor.counters["frames_stale"] == 1)
+    assert worker.wait_idle(10)
+    assert len(server.accepted) == 1
+    assert worker.monitor.counters["deadline_misses"] == 2
+    assert {stamp for stamp, _, _ in sink.actions} == {(1, 0)}
