@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import base64
 import json
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -223,7 +224,10 @@ def run(args: argparse.Namespace) -> dict:
         from ros_bridge.server_launcher import running_server
         from vla_server.server_subprocess import free_port
 
-        with running_server(port=free_port()) as server:
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            running_server(port=free_port(), log_path=Path(tmp) / "server.log") as server,
+        ):
             result = bench(server.url, frames, settings)
     text = json.dumps(result, indent=2)
     print(text)
