@@ -30,6 +30,7 @@ from tests.server_process import run_server
 
 websocket_client_policy = pytest.importorskip("openpi_client.websocket_client_policy")
 action_chunk_broker = pytest.importorskip("openpi_client.action_chunk_broker")
+msgpack_numpy = pytest.importorskip("openpi_client.msgpack_numpy")
 
 # openpi-client 0.1.2 calls websockets' sync connect() the pre-v14 way; not ours to fix.
 pytestmark = pytest.mark.filterwarnings("ignore:connect\\(\\) must be used:DeprecationWarning")
@@ -236,3 +237,43 @@ def test_a_long_query_does_not_hold_up_other_connections(server):
     thread.join(timeout=120)
     assert short_first
     assert results["short"].shape == (1, 7) and results["long"].shape == (60, 7)
+
+
+# ---- the wire format and the handshake, without a server --------------------------------------
+
+
+def test_wire_format_round_trips_with_openpis_own_codec():
+    from vla_server.entrypoints.openpi_wire import pack, unpack
+
+    value = {
+        "actions": np.arange(21, dtype=np.float64).reshape(3, 7) / 7,
+        "image": random_image(1, 4, 5),
+        "big_endian": np.arange(4, dtype=">f4"),
+        "strided": np.arange(12, dtype=np.int16).reshape(3, 4)[:, ::2],
+        "scalar": np.float32(2.5),
+        "nested": {"prompt": "x", "n": 3, "timing": [1.0, None]},
+    }
+    theirs = msgpack_numpy.unpackb(pack(value))
+    ours = unpack(msgpack_numpy.packb(value))
+    for got in (theirs, ours):
+        assert set(got) == set(value)
+        for key in ("actions", "image", "big_endian", "strided"):
+            assert got[key].dtype == value[key].dtype
+            np.testing.assert_array_equal(got[key], value[key])
+        assert got["scalar"] == value["scalar"] and type(got["scalar"]) is np.float32
+        assert got["nested"] == value["nested"]
+
+
+class _Handshake:
+    def __init__(self, authorization: str | None):
+        self.headers = {"authorization": authorization} if authorization else {}
+
+
+def test_api_key_accepts_openpis_header_and_bearer():
+    from vla_server.entrypoints.openpi_policy import authorized
+
+    assert authorized(_Handshake(None), None)
+    assert authorized(_Handshake("Api-Key s3cret"), "s3cret")  # WebsocketClientPolicy(api_key=)
+    assert authorized(_Handshake("Bearer s3cret"), "s3cret")
+    assert not authorized(_Handshake("Api-Key wrong"), "s3cret")
+    assert not authorized(_Handshake(None), "s3cret")

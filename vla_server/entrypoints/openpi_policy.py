@@ -51,7 +51,7 @@ CLOSE_BAD_INPUT, CLOSE_INTERNAL = 1008, 1011
 INTERNAL_REASON = "Internal server error. Reason included in previous frame."
 
 
-def _authorized(ws: WebSocket, api_key: str | None) -> bool:
+def authorized(ws: WebSocket, api_key: str | None) -> bool:
     if not api_key:
         return True
     got = ws.headers.get("authorization", "").encode()
@@ -130,7 +130,7 @@ def add_openpi_routes(app: FastAPI, node: Node) -> None:
 
     @app.websocket("/")
     async def openpi_policy(ws: WebSocket) -> None:
-        if not _authorized(ws, api_key):
+        if not authorized(ws, api_key):
             await ws.close(code=CLOSE_BAD_INPUT, reason="missing or wrong API key")
             return
         await ws.accept()
