@@ -57,6 +57,16 @@ class MMItem(msgspec.Struct, array_like=True):
     pixel_values: Tensor  # float32 [3, H, W], preprocessed
 
 
+class SessionParams(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """Continue an open session: the new prompt is rebuilt from a parent turn (SGLang semantics)."""
+
+    id: str
+    rid: str | None = None  # the turn to branch from (default: the session's last turn)
+    offset: int | None = None  # keep only context[:offset] before the new tokens
+    replace: bool = False  # drop the turns after the parent (all turns when rid is None)
+    drop_previous_output: bool = False  # the parent's input without its output
+
+
 class TokenizedGenerateReqInput(_Msg):
     rid: str
     input_ids: list[int]
@@ -70,6 +80,11 @@ class TokenizedGenerateReqInput(_Msg):
     mm_items: list[MMItem] = []
     num_actions: int = 0  # > 0: sampling is constrained to action-bin tokens
     unnorm_key: str | None = None
+    priority: int | None = None
+    deadline: float | None = None  # seconds since the epoch by which the request must finish
+    supersede: bool = False  # cancel this session's older waiting request
+    session_id: str | None = None  # the robot/episode identity (no prompt rewriting)
+    session_params: SessionParams | None = None
 
 
 class BatchTokenizedGenerateReqInput(_Msg):
@@ -109,8 +124,22 @@ class GetInternalStateReq(_Msg):
     call_id: int
 
 
+class OpenSessionReq(_Msg):
+    call_id: int
+    session_id: str
+    capacity_of_str_len: int = 0
+    timeout: float | None = None  # seconds of inactivity before the session is closed
+
+
+class CloseSessionReq(_Msg):
+    call_id: int
+    session_id: str
+
+
 RpcRequest = (
-    PauseGenerationReq
+    OpenSessionReq
+    | CloseSessionReq
+    | PauseGenerationReq
     | ContinueGenerationReq
     | FlushCacheReq
     | UpdateWeightsFromDiskReq
@@ -145,6 +174,7 @@ class ReqOutputMeta(msgspec.Struct, array_like=True):
     completion_tokens: int
     cached_tokens: int
     queue_time: float | None = None  # seconds from scheduler arrival to first forward
+    num_retractions: int = 0
 
 
 class SchedulerStats(msgspec.Struct, array_like=True):
@@ -154,6 +184,10 @@ class SchedulerStats(msgspec.Struct, array_like=True):
     kv_total_tokens: int
     mm_cache_hits: int = 0  # cumulative, images whose embedding came from the cache
     mm_cache_misses: int = 0  # cumulative, images that went through the vision tower
+    kv_cached_tokens: int = 0  # evictable radix-cache tokens (reusable prefixes)
+    prefix_hit_tokens: int = 0  # cumulative prompt tokens served from the radix cache
+    prefix_queried_tokens: int = 0  # cumulative prompt tokens looked up
+    num_retractions: int = 0  # cumulative preemptions/retractions
 
 
 class BatchTokenIDOutput(_Msg):

@@ -37,6 +37,27 @@ class ServerArgs:
     )
     log_level: str = _opt("info", "logging level")
     random_seed: int = _opt(0, "seed of the scheduler's sampler")
+    chunked_prefill_size: int = _opt(
+        256, "prefill tokens per step, mixed with decode steps (<= 0: whole prompts)"
+    )
+    disable_radix_cache: bool = _opt(False, "no prefix reuse across requests")
+    disable_overlap_schedule: bool = _opt(False, "run the plain loop (no CPU/model overlap)")
+    decode_reserve_ratio: float = _opt(
+        1.0,
+        "share of each running request's remaining new tokens kept free in the KV pool; "
+        "below 1 admits more and retracts under KV pressure",
+    )
+    enable_priority_scheduling: bool = _opt(False, "order and preempt by request priority")
+    schedule_low_priority_values_first: bool = _opt(False, "smaller priority values run first")
+    default_priority_value: int = _opt(0, "priority of requests that give none")
+    priority_scheduling_preemption_threshold: int = _opt(
+        10, "a request preempts a running one only if its priority is better by more than this"
+    )
+    disable_priority_preemption: bool = _opt(False, "never preempt running requests")
+    max_queued_requests: int | None = _opt(None, "waiting-queue bound; beyond it: 503")
+    max_session_held_tokens: int = _opt(
+        65536, "KV tokens open sessions may keep pinned; oldest sessions lose their pins first"
+    )
     max_image_bytes: int = _opt(20 * 1024 * 1024, "largest encoded image accepted, in bytes")
     max_image_pixels: int = _opt(4096 * 4096, "largest image accepted, in pixels (from its header)")
     max_images_per_request: int = _opt(8, "most images (cameras) in one request")

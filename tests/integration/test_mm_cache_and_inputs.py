@@ -285,19 +285,9 @@ BAD: dict[str, tuple[Callable[[Path], dict[str, Any]], str, str]] = {
 }
 
 
-# Open server bug: MultimodalFrontend.expand returns before the hashes are checked when a
-# request has no images, so a stray mm_hashes list is silently ignored (200).
-KNOWN_BUGS = {"mm_hashes without images": "mm_hashes with no image_data is accepted (200)"}
-
-
 @pytest.mark.parametrize(
     "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN_BUGS[n], strict=True))
-        if n in KNOWN_BUGS
-        else n
-        for n in BAD
-    ],
+    list(BAD),
 )
 def test_bad_input_is_a_4xx_that_leaks_nothing(node, name):
     make, field, words = BAD[name]

@@ -5,11 +5,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import torch
-
 from vla_server.managers.batch_runner import BatchRunner
+from vla_server.managers.kv_cache_manager import KVCacheManager
 from vla_server.managers.req import Req
-from vla_server.managers.req_kv import ReqKVManager
+from vla_server.managers.schedule_batch import ScheduledBatch
 from vla_server.model.model_runner import ModelRunner
 from vla_server.model.sampling import SamplingParams
 
@@ -17,7 +16,8 @@ from vla_server.model.sampling import SamplingParams
 def measure_decode_steps(
     model_path: str | Path, batch_size: int, steps: int, prompt_len: int = 16, warmup: int = 5
 ) -> list[float]:
-    """Seconds per decode step of `batch_size` requests (after a prefill), `steps` samples."""
+    """Seconds per decode step of `batch_size` requests (after a prefill), `steps` samples:
+    slot allocation, batch assembly, forward and sampling, as the scheduler does them."""
     n_new = steps + warmup + 2
     runner = ModelRunner(
         model_path,
@@ -25,7 +25,8 @@ def measure_decode_steps(
         max_running_requests=batch_size,
         progress=False,
     )
-    batch_runner = BatchRunner(runner, ReqKVManager(runner.req_to_token_pool, runner.kv_pool), 0)
+    kv = KVCacheManager(runner.req_to_token_pool, runner.kv_pool, disable_radix=True)
+    batch_runner = BatchRunner(runner, 0)
     params = SamplingParams(max_new_tokens=n_new, temperature=0.0, ignore_eos=True)
     reqs = [
         Req(
@@ -35,19 +36,35 @@ def measure_decode_steps(
         )
         for i in range(batch_size)
     ]
+    for r in reqs:
+        prefix, node = kv.match(r)
+        kv.admit(r, prefix, node)
     times = []
     for step in range(steps + warmup + 1):
-        is_decode = step > 0
         t0 = time.perf_counter()
-        next_ids = batch_runner.run(reqs, is_decode)
+        result = batch_runner.run(_step_batch(reqs, kv))
         dt = time.perf_counter() - t0
-        for r, t in zip(reqs, next_ids, strict=True):
+        for r, t in zip(reqs, result.next_ids, strict=True):
             r.output_ids.append(t)
         if step > warmup:
             times.append(dt)
-    del runner
     return times
 
 
-def torch_threads() -> int:
-    return torch.get_num_threads()
+def _step_batch(reqs: list[Req], kv: KVCacheManager) -> ScheduledBatch:
+    tokens = [r.fill_ids[r.kv_len :] for r in reqs]
+    slots = kv.alloc(sum(len(t) for t in tokens))
+    assert slots is not None
+    batch = ScheduledBatch(
+        reqs=reqs,
+        tokens=tokens,
+        prefix_lens=[r.kv_len for r in reqs],
+        rows=[r.req_pool_idx for r in reqs],
+        slots=slots,
+        sample=[True] * len(reqs),  # type: ignore[misc]
+        prompt_spans=[None] * len(reqs),
+        prompt_targets=[[] for _ in reqs],
+    )
+    for r, t in zip(reqs, tokens, strict=True):
+        r.kv_len += len(t)
+    return batch

@@ -196,5 +196,8 @@ async def _events(
     except RequestError as e:
         yield sse(e.to_json())
     finally:
+        # A disconnect cancels this task and, under anyio, every later await with it: abort
+        # synchronously (a no-op once finished), then close the generator.
+        reply.tm.abort_request(reply.rid)
         await updates.aclose()  # type: ignore[attr-defined]
     yield SSE_DONE

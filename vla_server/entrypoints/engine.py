@@ -129,6 +129,7 @@ def wait_for_scheduler_ready(reader: Connection, procs: list[BaseProcess]) -> di
             break
         dead = next((p for p in procs if not p.is_alive()), None)
         if dead is not None:
+            dead.join(1)  # reap it, so the exit code is known
             raise StartupError(
                 f"{dead.name} process exited with code {dead.exitcode} during start-up"
             )

@@ -108,7 +108,8 @@ def create_app(node: Node) -> FastAPI:
     @app.post("/generate")
     async def generate(request: Request) -> Response:
         obj = parse_body(await request.body())
-        gen = tm.generate_request(obj, request)
+        rids: list[str] = []
+        gen = tm.generate_request(obj, request, rids)
         if not obj.stream:
             try:
                 out = [o async for o in gen][-1]
@@ -121,15 +122,20 @@ def create_app(node: Node) -> FastAPI:
         if err is not None and not first.get("output_ids"):
             await gen.aclose()
             return _json(err.to_json(), err.status_code)
-        return StreamingResponse(_stream(first, gen), media_type="text/event-stream")
+        return StreamingResponse(_stream(first, gen, rids), media_type="text/event-stream")
 
-    async def _stream(first: dict[str, Any], gen: AsyncIterator[Any]) -> AsyncIterator[bytes]:
+    async def _stream(
+        first: dict[str, Any], gen: AsyncIterator[Any], rids: list[str]
+    ) -> AsyncIterator[bytes]:
         try:
             yield _sse(first)
             async for chunk in gen:
                 yield _sse(chunk)
             yield b"data: [DONE]\n\n"
         finally:
+            # A disconnect cancels this task; under anyio every later await is cancelled too,
+            # so abort synchronously first, then close the generator best-effort.
+            tm.abort_if_pending(rids)
             await gen.aclose()  # type: ignore[attr-defined]
 
     add_info_routes(app, node)

@@ -185,11 +185,11 @@ async def _respond(tm: TokenizerManager, obj: Any, request: Request, c: _Complet
     if err is not None and not first.get("output_ids"):
         await gen.aclose()
         raise err
-    return StreamingResponse(_stream(c, first, gen), media_type="text/event-stream")
+    return StreamingResponse(_stream(tm, c, first, gen), media_type="text/event-stream")
 
 
 async def _stream(
-    c: _Completion, first: dict[str, Any], gen: AsyncIterator[Any]
+    tm: TokenizerManager, c: _Completion, first: dict[str, Any], gen: AsyncIterator[Any]
 ) -> AsyncIterator[bytes]:
     """Role first, then content deltas, a finish chunk, the usage chunk if asked, `[DONE]`."""
     try:
@@ -211,5 +211,8 @@ async def _stream(
     except RequestError as e:  # the engine failed or the request was rejected mid-stream
         yield sse(openai_error_body(e))
     finally:
+        # A disconnect cancels this task and, under anyio, every later await with it: abort
+        # synchronously (a no-op once finished), then close the generator.
+        tm.abort_request(c.id)
         await gen.aclose()  # type: ignore[attr-defined]
     yield SSE_DONE

@@ -1,6 +1,8 @@
 """An asyncio reader-writer lock: many generations read, a weight update writes.
 
 A waiting writer blocks new readers, so an update is not starved by a steady request stream.
+Releasing never awaits: a reader whose task is being cancelled (a client that went away) must
+still give its share back, or a later writer would wait forever.
 """
 
 from __future__ import annotations
@@ -12,35 +14,37 @@ from contextlib import asynccontextmanager
 
 class RWLock:
     def __init__(self) -> None:
-        self._cond = asyncio.Condition()
         self.readers = 0
         self._writer = False
         self._writers_waiting = 0
+        self._changed = asyncio.Event()
+
+    def _signal(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
 
     @asynccontextmanager
     async def reader(self) -> AsyncIterator[None]:
-        async with self._cond:
-            await self._cond.wait_for(lambda: not self._writer and not self._writers_waiting)
-            self.readers += 1
+        while self._writer or self._writers_waiting:
+            await self._changed.wait()
+        self.readers += 1
         try:
             yield
         finally:
-            async with self._cond:
-                self.readers -= 1
-                self._cond.notify_all()
+            self.readers -= 1
+            self._signal()
 
     @asynccontextmanager
     async def writer(self) -> AsyncIterator[None]:
-        async with self._cond:
-            self._writers_waiting += 1
-            try:
-                await self._cond.wait_for(lambda: not self._writer and self.readers == 0)
-            finally:
-                self._writers_waiting -= 1
-            self._writer = True
+        self._writers_waiting += 1
+        try:
+            while self._writer or self.readers:
+                await self._changed.wait()
+        finally:
+            self._writers_waiting -= 1
+        self._writer = True
         try:
             yield
         finally:
-            async with self._cond:
-                self._writer = False
-                self._cond.notify_all()
+            self._writer = False
+            self._signal()

@@ -1,27 +1,26 @@
-"""One forward + sample over a list of requests: KV slots, ForwardBatch, logits, logprobs."""
+"""One forward + sample of a scheduled batch; runs in the model worker thread.
+
+It reads only the batch and read-only request fields (prompt, images, sampling parameters,
+generator, vocabulary mask) and returns a BatchResult; the scheduler applies the result.
+"""
 
 from __future__ import annotations
+
+import time
 
 import torch
 
 from vla_server.io_struct import MMItem
 from vla_server.managers.image_embedder import ImageEmbedder
 from vla_server.managers.req import Req
-from vla_server.managers.req_kv import ReqKVManager
+from vla_server.managers.schedule_batch import PENDING, BatchResult, ReqLogprobs, ScheduledBatch
 from vla_server.model.model_runner import ModelRunner
 from vla_server.model.sampling import SamplingBatchInfo, compute_logprobs, make_generator
 
 
 class BatchRunner:
-    def __init__(
-        self,
-        runner: ModelRunner,
-        kv: ReqKVManager,
-        seed: int,
-        embedder: ImageEmbedder | None = None,
-    ):
+    def __init__(self, runner: ModelRunner, seed: int, embedder: ImageEmbedder | None = None):
         self.runner = runner
-        self.kv = kv
         self.device = runner.device
         self.embedder = embedder
         torch.manual_seed(seed)
@@ -29,30 +28,46 @@ class BatchRunner:
     def generator_for(self, seed: int | None) -> torch.Generator | None:
         return None if seed is None else make_generator(seed, self.device)
 
-    def run(self, reqs: list[Req], is_decode: bool) -> list[int]:
-        """Forward the new tokens of `reqs`, sample one token each; advances `kv_len`."""
-        if is_decode:
-            tokens = [[r.output_ids[-1]] for r in reqs]
-        else:
-            tokens = [r.fill_ids[r.kv_len :] for r in reqs]
-            if not self.kv.alloc_rows(reqs):
-                raise RuntimeError("no free request rows; admission should have prevented this")
-        slots = self.kv.alloc_tokens(sum(len(t) for t in tokens))
-        embeds, mask = (None, None) if is_decode else self._embeds(reqs, tokens)
-        batch = self.runner.build_forward_batch(
-            [r.req_pool_idx for r in reqs],
-            [r.kv_len for r in reqs],
+    @torch.inference_mode()
+    def run(self, batch: ScheduledBatch) -> BatchResult:
+        t0 = time.perf_counter()
+        tokens = self._resolve_pending(batch)
+        embeds, mask = self._embeds(batch, tokens)
+        fb = self.runner.build_forward_batch(
+            batch.rows,
+            batch.prefix_lens,
             tokens,
-            slots,
+            batch.slots,
             input_embeds=embeds,
             input_embeds_mask=mask,
         )
-        spans = (
-            None
-            if is_decode
-            else [_prompt_span(r, len(t)) for r, t in zip(reqs, tokens, strict=True)]
-        )
-        logits = self.runner.forward(batch, spans)
+        logits = self.runner.forward(fb, batch.prompt_spans)
+        logprobs: list[ReqLogprobs | None] = [
+            self._prompt_logprobs(batch, i, logits.prompt_logits[i]) for i in range(len(batch.reqs))
+        ]
+        next_ids = [PENDING] * len(batch.reqs)
+        rows = [i for i, s in enumerate(batch.sample) if s]
+        if rows:
+            self._sample(batch, rows, logits.next_token_logits, next_ids, logprobs)
+        return BatchResult(next_ids, logprobs, time.perf_counter() - t0)
+
+    def _resolve_pending(self, batch: ScheduledBatch) -> list[list[int]]:
+        if batch.prev is None:
+            return batch.tokens
+        return [
+            [batch.prev.sampled[r] if t == PENDING else t for t in toks]
+            for r, toks in zip(batch.reqs, batch.tokens, strict=True)
+        ]
+
+    def _sample(
+        self,
+        batch: ScheduledBatch,
+        rows: list[int],
+        all_logits: torch.Tensor,
+        next_ids: list[int],
+        logprobs: list[ReqLogprobs | None],
+    ) -> None:
+        reqs = [batch.reqs[i] for i in rows]
         info = SamplingBatchInfo.build(
             [r.sampling_params for r in reqs],
             self.runner.vocab_size,
@@ -61,31 +76,39 @@ class BatchRunner:
             masks=[r.vocab_mask for r in reqs],
         )
         want = [r.top_logprobs_num if r.return_logprob else 0 for r in reqs]
-        out = self.runner.sample(
-            logits.next_token_logits,
-            info,
-            top_logprobs_nums=want if any(r.return_logprob for r in reqs) else None,
+        any_lp = any(r.return_logprob for r in reqs)
+        logits = all_logits[rows] if len(rows) != len(batch.reqs) else all_logits
+        out = self.runner.sample(logits, info, top_logprobs_nums=want if any_lp else None)
+        for j, (i, r) in enumerate(zip(rows, reqs, strict=True)):
+            tok = int(out.next_token_ids[j])
+            next_ids[i] = tok
+            batch.sampled[r] = tok
+            if r.return_logprob and out.logprobs is not None:
+                lp = logprobs[i] or ReqLogprobs()
+                lp.output = (out.logprobs.token_logprobs[j], out.logprobs.top_logprobs[j])
+                logprobs[i] = lp
+
+    def _prompt_logprobs(
+        self, batch: ScheduledBatch, i: int, logits: torch.Tensor | None
+    ) -> ReqLogprobs | None:
+        if logits is None:
+            return None
+        r, targets = batch.reqs[i], batch.prompt_targets[i]
+        lp = compute_logprobs(
+            logits, torch.tensor(targets, device=logits.device), r.top_logprobs_num
         )
-        next_ids = out.next_token_ids.tolist()
-        for i, r in enumerate(reqs):
-            if spans is not None and spans[i] is not None:
-                self._prompt_logprobs(r, spans[i], logits.prompt_logits[i])
-            elif r.return_logprob and r.kv_len == 0 and r.logprob_start_len == 0:
-                self._first_prompt_token(r)
-            r.kv_len += len(tokens[i])
-            if r.return_logprob and out.logprobs is not None and r.max_new_tokens > 0:
-                d = r.logprobs_delta()
-                d.output_vals.append(out.logprobs.token_logprobs[i])
-                d.output_top.append(out.logprobs.top_logprobs[i])
-        return next_ids
+        return ReqLogprobs(None, lp.token_logprobs, targets, lp.top_logprobs)
 
     def _embeds(
-        self, reqs: list[Req], tokens: list[list[int]]
+        self, batch: ScheduledBatch, tokens: list[list[int]]
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Rows that replace the token embedding: caller embeddings and image features."""
-        spans = [(r, r.kv_len, r.kv_len + len(t)) for r, t in zip(reqs, tokens, strict=True)]
+        spans = [
+            (r, lo, lo + len(t))
+            for r, lo, t in zip(batch.reqs, batch.prefix_lens, tokens, strict=True)
+        ]
         images = [it for r, lo, hi in spans for it in r.mm_items if _overlap(it, lo, hi)]
-        if not images and all(r.input_embeds is None for r in reqs):
+        if not images and all(r.input_embeds is None for r, _, _ in spans):
             return None, None
         assert self.embedder is not None or not images
         features = self.embedder.lookup(images) if images else {}
@@ -94,9 +117,11 @@ class BatchRunner:
         mask = torch.zeros(n, dtype=torch.bool)
         off = 0
         for r, lo, hi in spans:
-            if r.input_embeds is not None:
-                embeds[off : off + hi - lo] = r.input_embeds[lo:hi]
-                mask[off : off + hi - lo] = True
+            if r.input_embeds is not None:  # the prompt is embeddings; outputs are tokens
+                b = min(hi, r.input_embeds.shape[0])
+                if lo < b:
+                    embeds[off : off + b - lo] = r.input_embeds[lo:b]
+                    mask[off : off + b - lo] = True
             for it in r.mm_items:
                 a, b = max(lo, it.offset), min(hi, it.offset + it.length)
                 if a < b:
@@ -107,42 +132,23 @@ class BatchRunner:
             off += hi - lo
         return embeds, mask
 
-    def _first_prompt_token(self, r: Req) -> None:
-        d = r.logprobs_delta()
-        d.input_vals.append(None)
-        d.input_ids.append(r.origin_input_ids[0])
-        d.input_top.append([])
-
-    def _prompt_logprobs(self, r: Req, span: tuple[int, int], logits: torch.Tensor | None) -> None:
-        assert logits is not None
-        if r.kv_len == 0 and r.logprob_start_len == 0:
-            self._first_prompt_token(r)
-        lo, hi = r.kv_len + span[0], r.kv_len + span[1]
-        targets = r.origin_input_ids[lo + 1 : hi + 1]
-        lp = compute_logprobs(
-            logits, torch.tensor(targets, device=logits.device), r.top_logprobs_num
-        )
-        d = r.logprobs_delta()
-        d.input_vals.extend(lp.token_logprobs)
-        d.input_ids.extend(targets)
-        d.input_top.extend(lp.top_logprobs)
-
 
 def _overlap(item: MMItem, lo: int, hi: int) -> bool:
     return item.offset < hi and lo < item.offset + item.length
 
 
-def _prompt_span(r: Req, n_new: int) -> tuple[int, int] | None:
-    """Offsets into this forward's new tokens whose logits score prompt tokens of `r`.
+def prompt_span(r: Req, prefix_len: int, n_new: int) -> tuple[tuple[int, int] | None, list[int]]:
+    """Offsets into this forward's new tokens whose logits score prompt tokens of `r`, and
+    the prompt tokens they score.
 
     Prompt token i (i >= 1) is scored by the logits at position i - 1; the caller asked for
     tokens from `logprob_start_len` on.
     """
     if not r.return_logprob or r.logprob_start_len < 0:
-        return None
+        return None, []
     prompt_len = len(r.origin_input_ids)
-    lo = max(max(r.logprob_start_len, 1) - 1, r.kv_len)
-    hi = min(prompt_len - 1, r.kv_len + n_new)
+    lo = max(max(r.logprob_start_len, 1, r.prompt_scored_upto) - 1, prefix_len)
+    hi = min(prompt_len - 1, prefix_len + n_new)
     if lo >= hi:
-        return None
-    return lo - r.kv_len, hi - r.kv_len
+        return None, []
+    return (lo - prefix_len, hi - prefix_len), r.origin_input_ids[lo + 1 : hi + 1]

@@ -66,9 +66,19 @@ class MultimodalFrontend:
     ) -> tuple[list[int], list[MMItem]]:
         """`ids` with image placeholders expanded, and the images that go with them."""
         if not item.images:
+            if item.mm_hashes:
+                raise RequestError("mm_hashes given for a request without images", "mm_hashes")
             if self.image_token_id is not None and self.image_token_id in ids:
                 raise RequestError("the prompt has image placeholders but no image_data", field)
             return ids, []
+        hashes = item.mm_hashes
+        if hashes is not None and not (
+            isinstance(hashes, str)
+            or (isinstance(hashes, list) and all(isinstance(h, str) for h in hashes))
+        ):
+            raise RequestError(
+                "must be a hex string or a list of hex strings, one per image", "mm_hashes"
+            )
         if self.pipeline is None:
             raise RequestError("this model takes no images", "image_data")
         if len(item.images) > self.max_images:

@@ -11,6 +11,8 @@ NON_STREAM_FLUSH_TOKENS = 50
 
 
 def should_send(req: Req, stream_interval: int) -> bool:
+    if req.final_sent:
+        return False
     if req.finished:
         return True
     unsent = len(req.output_ids) - req.sent_output_len
@@ -54,6 +56,7 @@ def build_output(reqs: list[Req], stats: SchedulerStats) -> BatchTokenIDOutput:
                 completion_tokens=len(req.output_ids),
                 cached_tokens=req.cached_tokens,
                 queue_time=None if req.queue_time_sent else req.queue_time,
+                num_retractions=req.num_retractions,
             )
         )
         out.logprobs.append(req.pending_logprobs)
@@ -63,4 +66,5 @@ def build_output(reqs: list[Req], stats: SchedulerStats) -> BatchTokenIDOutput:
         req.queue_time_sent = req.queue_time_sent or req.queue_time is not None
         req.sent_output_len = len(req.output_ids)
         req.first_chunk_sent = True
+        req.final_sent = req.finished
     return out

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from vla_server.io_struct import Logprobs, MMItem, TokenizedGenerateReqInput
+from vla_server.mem_cache.radix_cache import TreeNode
 from vla_server.model.sampling import SamplingParams
 
 # How many prompt ids ride along with a request's first output chunk as decoding context.
@@ -42,20 +43,32 @@ class Req:
     num_actions: int = 0
     unnorm_key: str | None = None
     vocab_mask: torch.Tensor | None = None  # constrained decoding: True = allowed token
+    priority: int = 0
+    deadline: float | None = None  # seconds since the epoch
+    supersede: bool = False
+    session_id: str | None = None
 
     output_ids: list[int] = field(default_factory=list)
+    # Tokens sampled by batches still in flight (overlap mode): part of the sequence, not yet
+    # appended to output_ids; the next batch takes them straight from the previous one's output.
+    pending_tokens: int = 0
     req_pool_idx: int | None = None
-    kv_len: int = 0  # tokens of fill_ids whose K/V are in the pool
+    kv_len: int = 0  # tokens whose K/V are in the pool or being written by a scheduled batch
+    last_node: TreeNode | None = None  # radix node this request holds locked
     cached_tokens: int = 0
     finished_reason: dict[str, Any] | None = None
     to_abort: dict[str, Any] | None = None
     generator: torch.Generator | None = None
     queue_time: float | None = None
+    inflight: int = 0  # scheduled batches whose results are not processed yet
+    num_retractions: int = 0
+    prompt_scored_upto: int = 0  # prompt tokens [0, n) whose logprobs were reported
 
     # streaming bookkeeping
     sent_output_len: int = 0
     first_chunk_sent: bool = False
     queue_time_sent: bool = False
+    final_sent: bool = False
     pending_logprobs: Logprobs | None = None
 
     @classmethod
@@ -73,6 +86,10 @@ class Req:
             mm_items=msg.mm_items,
             num_actions=msg.num_actions,
             unnorm_key=msg.unnorm_key,
+            priority=msg.priority or 0,
+            deadline=msg.deadline,
+            supersede=msg.supersede,
+            session_id=msg.session_id or (msg.session_params.id if msg.session_params else None),
         )
 
     @property
@@ -81,7 +98,22 @@ class Req:
 
     @property
     def seq_len(self) -> int:
-        return len(self.origin_input_ids) + len(self.output_ids)
+        """Tokens in the sequence, including a sampled token still in flight."""
+        return len(self.origin_input_ids) + len(self.output_ids) + self.pending_tokens
+
+    @property
+    def num_new_tokens(self) -> int:
+        """Tokens still to be computed before the request can sample again."""
+        return self.seq_len - self.kv_len
+
+    @property
+    def is_decoding(self) -> bool:
+        return self.num_new_tokens == 1 and self.kv_len >= len(self.origin_input_ids)
+
+    @property
+    def cacheable(self) -> bool:
+        """Caller embeddings have no token ids to key a prefix cache on."""
+        return self.input_embeds is None
 
     @property
     def finished(self) -> bool:
@@ -92,7 +124,7 @@ class Req:
         return self.sampling_params.max_new_tokens
 
     def remaining_new_tokens(self) -> int:
-        return max(self.max_new_tokens - len(self.output_ids), 0)
+        return max(self.max_new_tokens - len(self.output_ids) - self.pending_tokens, 0)
 
     def logprobs_delta(self) -> Logprobs:
         if self.pending_logprobs is None:

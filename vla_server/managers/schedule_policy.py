@@ -1,27 +1,106 @@
-"""Admission of waiting requests into a prefill batch under request-slot and KV budgets."""
+"""Who runs next: queue order (priority, deadline, arrival), admission budgets, and which
+running requests a more important one may preempt."""
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 from vla_server.managers.req import Req
 
 
-class PrefillAdder:
-    """Admits requests while every admitted and running request can still finish.
+@dataclass(frozen=True)
+class PolicyConfig:
+    max_running_requests: int
+    chunked_prefill_size: int | None  # None: whole prompts in one forward
+    reserve_ratio: float = 1.0  # share of each request's remaining new tokens kept free for it
+    priority_enabled: bool = False
+    low_values_first: bool = False
+    preemption_threshold: int = 10
+    preemption_enabled: bool = True
 
-    Each running request keeps a reservation for its remaining new tokens, so admission never
-    over-commits the KV pool and a decode step can never run out of slots.
-    """
+    def rank(self, req: Req) -> int:
+        """Smaller runs first."""
+        if not self.priority_enabled:
+            return 0
+        return req.priority if self.low_values_first else -req.priority
 
-    def __init__(self, free_tokens: int, running: list[Req], max_running_requests: int):
-        self.token_budget = free_tokens - sum(r.remaining_new_tokens() for r in running)
-        self.slot_budget = max_running_requests - len(running)
-        self.admitted: list[Req] = []
+    def queue_key(self, req: Req) -> tuple[int, float, float]:
+        # Within a priority class the earliest deadline first, then arrival order.
+        deadline = req.deadline if req.deadline is not None else math.inf
+        return self.rank(req), deadline, req.arrival_time
 
-    def try_add(self, req: Req) -> bool:
-        need = req.seq_len - req.kv_len + req.remaining_new_tokens()
-        if self.slot_budget <= 0 or need > self.token_budget:
+    def may_preempt(self, new: Req, running: Req) -> bool:
+        if not (self.priority_enabled and self.preemption_enabled):
             return False
-        self.token_budget -= need
+        return self.rank(running) - self.rank(new) > self.preemption_threshold
+
+
+def reservation(req: Req, ratio: float) -> int:
+    """KV tokens a request will still need: the rest of its prompt and its new tokens."""
+    return req.num_new_tokens + math.ceil(req.remaining_new_tokens() * ratio)
+
+
+class PrefillAdder:
+    """Budgets of one scheduling step: request slots, KV tokens, prefill (chunk) tokens."""
+
+    def __init__(
+        self, cfg: PolicyConfig, available_tokens: int, free_rows: int, running: list[Req]
+    ):
+        self.cfg = cfg
+        self.token_budget = available_tokens - sum(
+            reservation(r, cfg.reserve_ratio) for r in running
+        )
+        self.slot_budget = min(cfg.max_running_requests - len(running), free_rows)
+        self.chunk_budget = cfg.chunked_prefill_size or math.inf
+
+    def shortfall(self, req: Req, prefix_len: int) -> tuple[int, int]:
+        """(slots, tokens) missing to admit `req` with `prefix_len` cached tokens."""
+        need = (
+            req.seq_len
+            - prefix_len
+            + math.ceil(req.remaining_new_tokens() * self.cfg.reserve_ratio)
+        )
+        return max(1 - self.slot_budget, 0), max(need - self.token_budget, 0)
+
+    def admit(self, req: Req, prefix_len: int) -> None:
         self.slot_budget -= 1
-        self.admitted.append(req)
-        return True
+        self.token_budget -= (
+            req.seq_len
+            - prefix_len
+            + math.ceil(req.remaining_new_tokens() * self.cfg.reserve_ratio)
+        )
+
+    def take_chunk(self, need: int) -> int:
+        n = int(min(need, self.chunk_budget))
+        self.chunk_budget -= n
+        return n
+
+    def give_back(self, req: Req) -> None:
+        """A preempted request's slot and reservation return to the budgets."""
+        self.slot_budget += 1
+        self.token_budget += reservation(req, self.cfg.reserve_ratio) + req.kv_len
+
+
+def choose_victims(
+    cfg: PolicyConfig, new: Req, running: list[Req], slots: int, tokens: int
+) -> list[Req] | None:
+    """Running requests to retract so `new` fits: worst priority first, newest first, only those
+    `new` outranks by more than the threshold; None if even all of them would not make room."""
+    candidates = sorted(
+        (r for r in running if not r.finished and cfg.may_preempt(new, r)),
+        key=lambda r: (-cfg.rank(r), -r.arrival_time),
+    )
+    chosen: list[Req] = []
+    for r in candidates:
+        if slots <= 0 and tokens <= 0:
+            break
+        chosen.append(r)
+        slots -= 1
+        tokens -= reservation(r, cfg.reserve_ratio) + r.kv_len
+    return chosen if slots <= 0 and tokens <= 0 else None
+
+
+def retraction_order(cfg: PolicyConfig, running: list[Req]) -> list[Req]:
+    """Victims under KV pressure: lowest priority first, then the fewest output tokens."""
+    return sorted(running, key=lambda r: (-cfg.rank(r), len(r.output_ids), -r.arrival_time))

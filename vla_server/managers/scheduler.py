@@ -1,8 +1,9 @@
 """The scheduler process: owns the queues, the KV memory and the model; runs the batch loop.
 
-Loop: ingest requests (non-blocking drain of the request ring and the rpc channel) -> choose
-the next batch (prefill of admitted waiting requests wins, else one decode step of all running
-requests) -> forward + sample -> finish checks -> stream outputs to the detokenizer.
+Loop: ingest requests (non-blocking drain of the request ring and the rpc channel) -> end what
+can no longer make its deadline -> build the next batch (decode steps of running requests plus
+prefill chunks of admitted ones) -> launch it on the model worker thread -> process the previous
+batch's result while this one runs (overlap) -> stream outputs to the detokenizer.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -29,13 +31,18 @@ from vla_server.io_struct import (
     scheduler_input_decoder,
 )
 from vla_server.managers.batch_runner import BatchRunner
+from vla_server.managers.deadline import StepTimer
 from vla_server.managers.finish_check import FinishChecker
 from vla_server.managers.image_embedder import ImageEmbedder
+from vla_server.managers.kv_cache_manager import KVCacheManager
 from vla_server.managers.output_streamer import build_output, should_send
 from vla_server.managers.req import Req, finish_abort
-from vla_server.managers.req_kv import ReqKVManager
-from vla_server.managers.schedule_policy import PrefillAdder
+from vla_server.managers.result_processor import ResultProcessor
+from vla_server.managers.schedule_batch import ScheduledBatch
+from vla_server.managers.schedule_policy import PolicyConfig
 from vla_server.managers.scheduler_control import SchedulerControl
+from vla_server.managers.session_controller import SessionController, SessionError
+from vla_server.managers.step_builder import StepBuilder
 from vla_server.model.attention.registry import resolve_backend_name
 from vla_server.model.model_runner import ModelRunner
 from vla_server.multimodal.action_tokenizer import ActionTokenizer
@@ -66,6 +73,19 @@ def build_model_runner(args: ServerArgs) -> ModelRunner:
     )
 
 
+def policy_config(args: ServerArgs) -> PolicyConfig:
+    chunk = args.chunked_prefill_size
+    return PolicyConfig(
+        max_running_requests=args.max_running_requests,
+        chunked_prefill_size=chunk if chunk and chunk > 0 else None,
+        reserve_ratio=args.decode_reserve_ratio,
+        priority_enabled=args.enable_priority_scheduling,
+        low_values_first=args.schedule_low_priority_values_first,
+        preemption_threshold=args.priority_scheduling_preemption_threshold,
+        preemption_enabled=not args.disable_priority_preemption,
+    )
+
+
 class Scheduler:
     def __init__(self, server_args: ServerArgs, port_args: PortArgs):
         from transformers import AutoTokenizer
@@ -74,29 +94,44 @@ class Scheduler:
         torch.set_num_threads(server_args.torch_num_threads or default_torch_threads())
         self.runner = build_model_runner(server_args)
         self.tokenizer = AutoTokenizer.from_pretrained(server_args.resolved_tokenizer_path())
-        self.kv = ReqKVManager(self.runner.req_to_token_pool, self.runner.kv_pool)
+        self.kv = KVCacheManager(
+            self.runner.req_to_token_pool, self.runner.kv_pool, server_args.disable_radix_cache
+        )
         self.embedder = (
             ImageEmbedder(self.runner, server_args.mm_embedding_cache_mb)
             if self.runner.vision
             else None
         )
-        self.batch_runner = BatchRunner(
-            self.runner, self.kv, server_args.random_seed, self.embedder
-        )
-        self.action_mask = self._action_mask()
+        self.batch_runner = BatchRunner(self.runner, server_args.random_seed, self.embedder)
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model-worker")
+        self.overlap = not server_args.disable_overlap_schedule
         self.finish_checker = FinishChecker(self.tokenizer, set(self.runner.config.eos_token_ids))
         self.context_len = self.runner.context_len
+        self.policy = policy_config(server_args)
+        self.timer = StepTimer()
+        self.sessions = SessionController(
+            self.kv.tree, server_args.max_session_held_tokens, self.tokenizer.bos_token_id
+        )
+        self.action_mask = self._action_mask()
         self.waiting: list[Req] = []
         self.running: list[Req] = []
+        self.inflight: tuple[ScheduledBatch, Future] | None = None
         self.paused = False
+        self.num_retractions = 0
+        self.builder = StepBuilder(self)
+        self.results = ResultProcessor(self)
         self.control = SchedulerControl(self)
+        self._init_sockets(port_args)
 
+    def _init_sockets(self, port_args: PortArgs) -> None:
         self.zmq_ctx = zmq.Context(2)
         self.recv_sock = zmq_socket(
             self.zmq_ctx, zmq.PULL, port_args.scheduler_input_ipc_name, bind=True
         )
-        self.rpc_sock = zmq_socket(self.zmq_ctx, zmq.DEALER, port_args.rpc_ipc_name, False)
-        self.detok_sock = zmq_socket(self.zmq_ctx, zmq.PUSH, port_args.detokenizer_ipc_name, False)
+        self.rpc_sock = zmq_socket(self.zmq_ctx, zmq.DEALER, port_args.rpc_ipc_name, bind=False)
+        self.detok_sock = zmq_socket(
+            self.zmq_ctx, zmq.PUSH, port_args.detokenizer_ipc_name, bind=False
+        )
         self.poller = zmq.Poller()
         self.poller.register(self.recv_sock, zmq.POLLIN)
         self.poller.register(self.rpc_sock, zmq.POLLIN)
@@ -139,12 +174,30 @@ class Scheduler:
     def event_loop(self, parent_pid: int) -> None:
         while True:
             self.ingest()
-            batch = None if self.paused else self.next_batch()
-            if batch is None:
-                if not self.poller.poll(1000) and parent_is_gone(parent_pid):
+            self.reap()
+            batch = None if self.paused else self.builder.build()
+            if batch is not None:
+                future = self.worker.submit(self.batch_runner.run, batch)
+                if not self.overlap:
+                    self.results.process(batch, future)
+                    continue
+            # Overlap: the previous batch's result is processed while this one runs.
+            if self.inflight is not None:
+                self.results.process(*self.inflight)
+            self.inflight = (batch, future) if batch is not None else None
+            if batch is None and self.inflight is None and (self.paused or not self.running):
+                self.sessions.reap()
+                # Wake for a message; with waiting requests (deadlines) look again soon.
+                timeout = 50 if self.waiting else 1000
+                if not self.poller.poll(timeout) and parent_is_gone(parent_pid):
                     return
-                continue
-            self.run_batch(*batch)
+
+    def drain(self) -> None:
+        """Finish the in-flight batch before changing the KV of requests it may contain."""
+        if self.inflight is not None:
+            batch, future = self.inflight
+            self.inflight = None
+            self.results.process(batch, future)
 
     def ingest(self) -> None:
         for sock, decoder in (
@@ -166,51 +219,35 @@ class Scheduler:
                 else:
                     self.handlers[type(msg)](msg)
 
-    def next_batch(self) -> tuple[list[Req], bool] | None:
-        self.reap_aborted()
-        if self.waiting:
-            adder = PrefillAdder(
-                self.kv.free_tokens(), self.running, self.args.max_running_requests
-            )
-            for req in self.waiting:
-                if not adder.try_add(req):
-                    break
-            if adder.admitted:
-                admitted = set(adder.admitted)
-                self.waiting = [r for r in self.waiting if r not in admitted]
-                return adder.admitted, False
-        if self.running:
-            return self.running, True
-        return None
-
-    def run_batch(self, reqs: list[Req], is_decode: bool) -> None:
-        if not is_decode:
-            now = time.monotonic()
-            for r in reqs:
-                r.queue_time = now - r.arrival_time
-        next_ids = self.batch_runner.run(reqs, is_decode)
-        for req, tok in zip(reqs, next_ids, strict=True):
-            if req.max_new_tokens > 0:
-                req.output_ids.append(tok)
-            self.finish_checker.check(req)
-        if not is_decode:
-            self.running.extend(reqs)
-        finished = [r for r in reqs if r.finished]
-        for r in finished:
-            self.kv.release(r)
-        if finished:
-            done = set(finished)
-            self.running = [r for r in self.running if r not in done]
-        self.stream_output([r for r in reqs if should_send(r, self.args.stream_interval)])
-
     # ---- requests ----------------------------------------------------------------------------
 
     def handle_generate(self, msg: TokenizedGenerateReqInput) -> None:
         req = Req.from_wire(msg)
+        if req.priority == 0 and msg.priority is None:
+            req.priority = self.args.default_priority_value
+        try:
+            if msg.session_params is not None:
+                self.sessions.rebuild(req, msg.session_params)
+        except SessionError as e:
+            self.reject(req, str(e))
+            return
+        if not self._fits(req) or not self._queue_admits(req):
+            return
+        if req.supersede and req.session_id is not None:
+            self.supersede(req.session_id)
+        if req.num_actions:
+            if self.action_mask is None:
+                self.reject(req, "this model has no action tokenizer")
+                return
+            req.vocab_mask = self.action_mask
+        req.generator = self.batch_runner.generator_for(req.sampling_params.seed)
+        self.waiting.append(req)
+
+    def _fits(self, req: Req) -> bool:
         n_in = len(req.origin_input_ids)
         if n_in == 0 or n_in >= self.context_len:
             self.reject(req, f"prompt has {n_in} tokens; the context length is {self.context_len}")
-            return
+            return False
         params = req.sampling_params
         params.max_new_tokens = min(params.max_new_tokens, self.context_len - n_in)
         if n_in + params.max_new_tokens > self.kv.total_tokens:
@@ -220,17 +257,37 @@ class Scheduler:
                 f"max_new_tokens {params.max_new_tokens}); the KV pool holds "
                 f"{self.kv.total_tokens} (--max-total-tokens)",
             )
-            return
-        if req.num_actions:
-            if self.action_mask is None:
-                self.reject(req, "this model has no action tokenizer")
-                return
-            req.vocab_mask = self.action_mask
-        req.generator = self.batch_runner.generator_for(params.seed)
-        self.waiting.append(req)
+            return False
+        return True
 
-    def reject(self, req: Req, message: str) -> None:
-        req.finished_reason = finish_abort(message, status_code=400)
+    def _queue_admits(self, req: Req) -> bool:
+        limit = self.args.max_queued_requests
+        if limit is None or len(self.waiting) < limit:
+            return True
+        worst = (
+            max(self.waiting, key=self.policy.queue_key) if self.policy.priority_enabled else None
+        )
+        if worst is not None and self.policy.rank(req) < self.policy.rank(worst):
+            self.waiting.remove(worst)
+            worst.finished_reason = finish_abort("aborted by a higher priority request", 503)
+            self.stream_output([worst])
+            return True
+        self.reject(req, f"the request queue is full ({limit} waiting)", 503)
+        return False
+
+    def supersede(self, session_id: str) -> None:
+        """Latest frame wins: older waiting requests of the session end as superseded."""
+        old = [r for r in self.waiting if r.session_id == session_id]
+        for r in old:
+            self.waiting.remove(r)
+            r.finished_reason = {
+                "type": "superseded",
+                "message": "a newer request of the session arrived",
+            }
+        self.stream_output(old)
+
+    def reject(self, req: Req, message: str, status_code: int = 400) -> None:
+        req.finished_reason = finish_abort(message, status_code=status_code)
         self.stream_output([req])
 
     def handle_abort(self, msg: AbortReq) -> None:
@@ -244,22 +301,41 @@ class Scheduler:
                 r.finished_reason = finish_abort()
             self.stream_output(gone)
         for r in self.running:
-            if hit(r):
+            if hit(r) and not r.finished:
                 r.to_abort = finish_abort()
 
-    def reap_aborted(self) -> None:
-        aborted = [r for r in self.running if r.to_abort is not None]
-        if not aborted:
-            return
-        for r in aborted:
-            r.finished_reason = r.to_abort
-            self.kv.release(r)
-        self.running = [r for r in self.running if r.to_abort is None]
-        self.stream_output(aborted)
+    def reap(self) -> None:
+        """End aborted requests and those that can no longer make their deadline."""
+        now = time.time()
+        late = [(r, self.timer.check(r, now)) for r in self.waiting if r.deadline is not None]
+        late = [(r, why) for r, why in late if why is not None]
+        for r, why in late:
+            self.waiting.remove(r)
+            r.finished_reason = why
+        ended = [r for r, _ in late]
+        for r in self.running:
+            if r.finished:
+                continue
+            why = r.to_abort or self.timer.check(r, now)
+            if why is not None:
+                r.finished_reason = why
+                ended.append(r)
+        self.results.finish(ended)
+
+    def retract(self, req: Req) -> None:
+        """Preempt a running request: its KV goes to the radix cache (evictable), it re-queues
+        with its output so far and is recomputed later, mostly from prefix hits."""
+        assert req.inflight == 0, "drain before retracting"
+        self.kv.release(req)
+        self.running.remove(req)
+        req.num_retractions += 1
+        self.num_retractions += 1
+        self.waiting.append(req)
 
     # ---- output ------------------------------------------------------------------------------
 
     def stats(self) -> SchedulerStats:
+        tree = self.kv.tree
         return SchedulerStats(
             num_running_reqs=len(self.running),
             num_waiting_reqs=len(self.waiting),
@@ -267,14 +343,21 @@ class Scheduler:
             kv_total_tokens=self.kv.total_tokens,
             mm_cache_hits=self.embedder.hits if self.embedder else 0,
             mm_cache_misses=self.embedder.misses if self.embedder else 0,
+            kv_cached_tokens=tree.evictable_size(),
+            prefix_hit_tokens=tree.stats.hit_tokens,
+            prefix_queried_tokens=tree.stats.queried_tokens,
+            num_retractions=self.num_retractions,
         )
 
     def stream_output(self, reqs: list[Req]) -> None:
         if reqs:
             self.detok_sock.send(encode(build_output(reqs, self.stats())))
 
+    def send_ready_outputs(self, reqs: list[Req]) -> None:
+        self.stream_output([r for r in reqs if should_send(r, self.args.stream_interval)])
+
     def is_idle(self) -> bool:
-        return not self.running and not self.waiting
+        return not self.running and not self.waiting and self.inflight is None
 
 
 def run_scheduler_process(

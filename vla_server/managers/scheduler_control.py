@@ -6,13 +6,16 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from vla_server.io_struct import (
+    CloseSessionReq,
     ContinueGenerationReq,
     FlushCacheReq,
     GetInternalStateReq,
+    OpenSessionReq,
     PauseGenerationReq,
     RpcReply,
     UpdateWeightsFromDiskReq,
 )
+from vla_server.managers.session_controller import SessionError
 
 if TYPE_CHECKING:
     from vla_server.managers.scheduler import Scheduler
@@ -28,6 +31,8 @@ class SchedulerControl:
             FlushCacheReq: self.flush_cache,
             UpdateWeightsFromDiskReq: self.update_weights_from_disk,
             GetInternalStateReq: self.internal_state,
+            OpenSessionReq: self.open_session,
+            CloseSessionReq: self.close_session,
         }
 
     def handle(self, msg: Any) -> RpcReply:
@@ -37,41 +42,51 @@ class SchedulerControl:
             return RpcReply(call_id=msg.call_id, success=False, message=f"{type(e).__name__}: {e}")
 
     def pause(self, msg: PauseGenerationReq) -> RpcReply:
-        self.s.paused = True
-        return RpcReply(call_id=msg.call_id, success=True)
+        """`in_place` keeps everything resident; `retract` hands running requests' KV to the
+        cache and re-queues them, so the cache can be flushed while paused."""
+        s = self.s
+        s.drain()
+        s.paused = True
+        if msg.mode == "retract":
+            for req in [r for r in s.running if not r.finished]:
+                s.retract(req)
+        return RpcReply(call_id=msg.call_id, success=True, message=f"paused ({msg.mode})")
 
     def resume(self, msg: ContinueGenerationReq) -> RpcReply:
         self.s.paused = False
         return RpcReply(call_id=msg.call_id, success=True)
 
-    def _busy_message(self) -> str:
-        return (
-            f"{len(self.s.running)} running and {len(self.s.waiting)} waiting requests; "
-            "abort them or pause generation first"
-        )
+    def _flush_refusal(self) -> str | None:
+        s = self.s
+        s.drain()
+        if s.running:
+            return f"{len(s.running)} requests are running; abort them or pause with mode retract"
+        if s.waiting and not s.paused:
+            return f"{len(s.waiting)} requests are waiting; pause generation first"
+        return None
 
     def _flush(self) -> None:
-        self.s.kv.req_to_token_pool.clear()
-        self.s.kv.allocator.clear()
+        self.s.kv.flush()
+        self.s.sessions.drop_pins()
         if self.s.embedder is not None:
             self.s.embedder.clear()
 
     def flush_cache(self, msg: FlushCacheReq) -> RpcReply:
-        if not self.s.is_idle():
+        refusal = self._flush_refusal()
+        if refusal:
             return RpcReply(
-                call_id=msg.call_id,
-                success=False,
-                message="cannot flush the cache: " + self._busy_message(),
+                call_id=msg.call_id, success=False, message="cannot flush the cache: " + refusal
             )
         self._flush()
         return RpcReply(call_id=msg.call_id, success=True, message="cache flushed")
 
     def update_weights_from_disk(self, msg: UpdateWeightsFromDiskReq) -> RpcReply:
-        if not self.s.is_idle():
+        refusal = self._flush_refusal()
+        if refusal:
             return RpcReply(
                 call_id=msg.call_id,
                 success=False,
-                message="cannot update weights: " + self._busy_message(),
+                message="cannot update weights: the cache must be flushed and " + refusal,
             )
         self.s.runner.update_weights_from_disk(msg.model_path)
         self._flush()
@@ -82,6 +97,20 @@ class SchedulerControl:
             message=f"weights loaded from {msg.model_path}",
             data={"weight_version": self.weight_version},
         )
+
+    def open_session(self, msg: OpenSessionReq) -> RpcReply:
+        try:
+            self.s.sessions.open(msg.session_id, msg.capacity_of_str_len, msg.timeout)
+        except SessionError as e:
+            return RpcReply(call_id=msg.call_id, success=False, message=str(e))
+        return RpcReply(call_id=msg.call_id, success=True, data={"session_id": msg.session_id})
+
+    def close_session(self, msg: CloseSessionReq) -> RpcReply:
+        try:
+            self.s.sessions.close(msg.session_id)
+        except SessionError as e:
+            return RpcReply(call_id=msg.call_id, success=False, message=str(e))
+        return RpcReply(call_id=msg.call_id, success=True)
 
     def _mm_cache_state(self) -> dict[str, Any] | None:
         emb = self.s.embedder
@@ -98,7 +127,8 @@ class SchedulerControl:
         }
 
     def internal_state(self, msg: GetInternalStateReq) -> RpcReply:
-        kv = self.s.kv
+        s, kv = self.s, self.s.kv
+        tree = kv.tree
         return RpcReply(
             call_id=msg.call_id,
             success=True,
@@ -107,10 +137,20 @@ class SchedulerControl:
                     "total": kv.total_tokens,
                     "used": kv.used_tokens(),
                     "free": kv.free_tokens(),
+                    "cached": tree.evictable_size(),
+                    "pinned": tree.pinned_size(),
                 },
-                "num_running_reqs": len(self.s.running),
-                "num_waiting_reqs": len(self.s.waiting),
-                "paused": self.s.paused,
+                "radix_cache": {
+                    "enabled": not tree.disable,
+                    "hit_tokens": tree.stats.hit_tokens,
+                    "queried_tokens": tree.stats.queried_tokens,
+                    "hit_rate": tree.stats.hit_rate,
+                },
+                "num_running_reqs": len(s.running),
+                "num_waiting_reqs": len(s.waiting),
+                "num_retractions": s.num_retractions,
+                "open_sessions": len(s.sessions.sessions),
+                "paused": s.paused,
                 "weight_version": self.weight_version,
                 "mm_embedding_cache": self._mm_cache_state(),
             },

@@ -196,14 +196,20 @@ class TokenizerManager:
     # ---- requests ----------------------------------------------------------------------------
 
     async def generate_request(
-        self, obj: GenerateReqInput, request: Any = None
+        self, obj: GenerateReqInput, request: Any = None, rid_sink: list[str] | None = None
     ) -> AsyncIterator[dict[str, Any] | list[dict[str, Any]]]:
-        """Yield output chunks (streaming) or one final output (a list for a batch)."""
+        """Yield output chunks (streaming) or one final output (a list for a batch).
+
+        `rid_sink` receives the request ids, so a caller that may be cancelled while this
+        generator is suspended can still abort them synchronously (`abort_if_pending`).
+        """
         self.ensure_loops()
         self._check_alive()
         assert self.limits is not None
         items, is_batch = normalize(obj, self.limits)
         states = self._init_states(items)
+        if rid_sink is not None:
+            rid_sink.extend(st.rid for st in states)
         try:
             await self._wait_unpaused()
             async with self.model_update_lock.reader():
@@ -346,6 +352,13 @@ class TokenizerManager:
             self.send_sock.send(encode(AbortReq(rid=rid, abort_all=abort_all)))
         except zmq.ZMQError as e:
             logger.warning("could not send abort for %r: %s", rid, e)
+
+    def abort_if_pending(self, rids: list[str]) -> None:
+        """Abort those of `rids` still in flight (a consumer that went away); never awaits."""
+        for rid in rids:
+            st = self.rid_to_state.get(rid)
+            if st is not None:
+                self._release_on_failure([st])
 
     def abort_request(self, rid: str = "", abort_all: bool = False) -> bool:
         if not abort_all and rid not in self.rid_to_state:

@@ -1,0 +1,58 @@
+"""Control deadlines: how long the work left in a request will take, from measured step times.
+
+A frame that can no longer make its control deadline is worth nothing, so a request that cannot
+finish in time is ended early (finish reason `deadline`) and its KV freed for requests that can.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from vla_server.managers.req import Req
+
+EMA = 0.2  # weight of the newest measurement
+
+
+def finish_deadline(missed_by_s: float, predicted: bool) -> dict[str, Any]:
+    how = "cannot finish before" if predicted else "missed"
+    return {
+        "type": "deadline",
+        "message": f"{how} its deadline ({missed_by_s * 1e3:+.1f} ms)",
+        "status_code": 504,
+    }
+
+
+class StepTimer:
+    """Moving averages of the decode step time and the per-token cost of prefill."""
+
+    def __init__(self) -> None:
+        self.decode_step_s = 0.0
+        self.prefill_token_s = 0.0
+
+    def observe(self, num_tokens: int, is_decode: bool, seconds: float) -> None:
+        if is_decode:
+            self.decode_step_s = _ema(self.decode_step_s, seconds)
+        elif num_tokens:
+            self.prefill_token_s = _ema(self.prefill_token_s, seconds / num_tokens)
+
+    def time_left_s(self, req: Req) -> float:
+        """Predicted time until `req` finishes if it ran from now."""
+        prefill = max(req.num_new_tokens - 1, 0) * self.prefill_token_s
+        return prefill + req.remaining_new_tokens() * self.decode_step_s
+
+    def check(self, req: Req, now: float | None = None) -> dict[str, Any] | None:
+        """A deadline finish reason if `req` has missed, or will miss, its deadline."""
+        if req.deadline is None:
+            return None
+        now = time.time() if now is None else now
+        if now > req.deadline:
+            return finish_deadline(now - req.deadline, predicted=False)
+        eta = now + self.time_left_s(req)
+        if eta > req.deadline:
+            return finish_deadline(eta - req.deadline, predicted=True)
+        return None
+
+
+def _ema(prev: float, x: float) -> float:
+    return x if prev == 0.0 else (1 - EMA) * prev + EMA * x

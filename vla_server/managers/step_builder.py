@@ -1,0 +1,122 @@
+"""Building the next batch: every decoding request advances one token, prefilling requests get
+chunks of the prefill budget, and waiting requests are admitted in queue order — preempting
+less important running requests when a more important one does not fit.
+
+A step mixes decode tokens and prefill chunks in one forward, so a long new prompt (chunked)
+costs a running action stream a little per step instead of stalling it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from vla_server.managers.batch_runner import prompt_span
+from vla_server.managers.req import Req
+from vla_server.managers.schedule_batch import PENDING, ScheduledBatch
+from vla_server.managers.schedule_policy import PrefillAdder, choose_victims, retraction_order
+
+if TYPE_CHECKING:
+    from vla_server.managers.scheduler import Scheduler
+
+
+class StepBuilder:
+    def __init__(self, scheduler: Scheduler):
+        self.s = scheduler
+
+    def build(self) -> ScheduledBatch | None:
+        s = self.s
+        plan: list[tuple[Req, int]] = []
+        adder = PrefillAdder(s.policy, s.kv.available_tokens(), s.kv.free_rows(), s.running)
+        for req in s.running:
+            need = req.num_new_tokens
+            if req.finished or need <= 0 or (req.is_decoding and req.remaining_new_tokens() == 0):
+                continue
+            n = 1 if need == 1 else adder.take_chunk(need)
+            if n:
+                plan.append((req, n))
+        plan += self._admit(adder)
+        if not plan:
+            return None
+        return self._allocate(plan)
+
+    def _admit(self, adder: PrefillAdder) -> list[tuple[Req, int]]:
+        s = self.s
+        admitted: list[tuple[Req, int]] = []
+        for req in sorted(s.waiting, key=s.policy.queue_key):
+            if adder.chunk_budget <= 0:
+                break
+            prefix, node = s.kv.match(req)
+            slots, tokens = adder.shortfall(req, int(prefix.numel()))
+            if slots or tokens:
+                victims = choose_victims(s.policy, req, s.running, slots, tokens)
+                if victims is None:
+                    break  # strict queue order: nothing behind it jumps the queue
+                s.drain()
+                for v in victims:
+                    s.retract(v)
+                    adder.give_back(v)
+                prefix, node = s.kv.match(req)
+            s.waiting.remove(req)
+            s.kv.admit(req, prefix, node)
+            adder.admit(req, req.kv_len)
+            s.running.append(req)
+            admitted.append((req, adder.take_chunk(req.num_new_tokens)))
+        return admitted
+
+    def _allocate(self, plan: list[tuple[Req, int]]) -> ScheduledBatch | None:
+        s = self.s
+        plan = [(r, n) for r, n in plan if not r.finished]  # a drain may have finished some
+        if not plan:
+            return None
+        n_tokens = sum(n for _, n in plan)
+        slots = s.kv.alloc(n_tokens)
+        while slots is None:
+            # KV pressure (reservations below 100 %): retract the least important request.
+            planned = {r for r, _ in plan}
+            victim = next(
+                iter(retraction_order(s.policy, [r for r in s.running if r in planned])), None
+            )
+            if victim is None or len(planned) == 1:
+                raise RuntimeError(f"KV pool exhausted: {n_tokens} slots needed")
+            s.drain()
+            s.retract(victim)
+            plan = [(r, n) for r, n in plan if r is not victim and not r.finished]
+            n_tokens = sum(n for _, n in plan)
+            slots = s.kv.alloc(n_tokens)
+        return self._make_batch(plan, slots)
+
+    def _make_batch(self, plan: list[tuple[Req, int]], slots: object) -> ScheduledBatch:
+        s = self.s
+        now = time.monotonic()
+        batch = ScheduledBatch(
+            reqs=[],
+            tokens=[],
+            prefix_lens=[],
+            rows=[],
+            slots=slots,  # type: ignore[arg-type]
+            sample=[],
+            prompt_spans=[],
+            prompt_targets=[],
+            prev=s.inflight[0] if s.inflight is not None else None,
+        )
+        for req, n in plan:
+            fill = req.fill_ids
+            toks = fill[req.kv_len : req.kv_len + n]
+            if len(toks) < n:
+                toks.append(PENDING)  # the token the in-flight batch is sampling for it
+            span, targets = prompt_span(req, req.kv_len, n)
+            sample = req.kv_len + n == req.seq_len
+            batch.reqs.append(req)
+            batch.tokens.append(toks)
+            batch.prefix_lens.append(req.kv_len)
+            batch.rows.append(req.req_pool_idx)  # type: ignore[arg-type]
+            batch.sample.append(sample)
+            batch.prompt_spans.append(span)
+            batch.prompt_targets.append(targets)
+            req.kv_len += n
+            req.inflight += 1
+            req.pending_tokens += int(sample)
+            if req.queue_time is None:
+                req.queue_time = now - req.arrival_time
+        return batch
