@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -139,3 +140,15 @@ class HFLlava:
         prompt_len = inputs["input_ids"].shape[1]
         tokens = out.sequences[0, prompt_len:].tolist()
         return Generated(prompt_len, tokens, torch.stack(out.scores)[:, 0].float())
+
+
+def wait_idle(client: Any, timeout_s: float = 30.0) -> dict[str, Any]:
+    """/get_server_info once no request is pending in the front end or running in the scheduler
+    (or the timeout passed: the caller asserts on what it returns)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        info = client.get("/get_server_info").json()
+        busy = info["num_pending_requests"] or info["internal_states"][0]["num_running_reqs"]
+        if not busy or time.monotonic() > deadline:
+            return info
+        time.sleep(0.1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import numpy as np
 import pytest
 
@@ -22,6 +23,7 @@ from tests.integration.frontend_reference import (
     png_base64,
     random_image,
     read_action_config,
+    wait_idle,
 )
 from tests.server_process import run_server
 
@@ -187,3 +189,20 @@ def test_bad_input_is_400_naming_the_field(server, change, field):
         assert c.get("/get_server_info").json()["num_pending_requests"] == 0
         ok = c.post("/v1/actions", json=good)
     assert ok.status_code == 200 and len(ok.json()["actions"]) == 1
+
+
+def test_client_disconnect_mid_stream_frees_the_request(server):
+    body = {
+        "instruction": INSTRUCTION,
+        "image_data": png_base64(random_image(seed=30)),
+        "unnorm_key": "demo_arm",
+        "num_actions": 200,
+        "stream": True,
+    }
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        with c.stream("POST", "/v1/actions", json=body) as r:
+            first = next(line for line in r.iter_lines() if line.startswith("data: "))
+        assert len(json.loads(first[len("data: ") :])["actions"]) >= 1
+        info = wait_idle(c)
+    assert info["num_pending_requests"] == 0
+    assert info["internal_states"][0]["num_running_reqs"] == 0

@@ -8,7 +8,6 @@ prompt a multi-turn request must become (its output then equals POST /generate o
 from __future__ import annotations
 
 import json
-import time
 
 import httpx
 import openai
@@ -19,6 +18,7 @@ from tests.integration.frontend_reference import (
     demo_path,
     png_base64,
     random_image,
+    wait_idle,
 )
 from tests.server_process import run_server
 
@@ -239,11 +239,6 @@ def test_client_disconnect_mid_stream_frees_the_request(server, model_id):
             lines = r.iter_lines()
             first = next(line for line in lines if line.startswith("data: "))
         assert json.loads(first[6:])["choices"][0]["delta"]["role"] == "assistant"
-        deadline = time.monotonic() + 30  # the node notices within its disconnect poll
-        busy = True
-        while busy and time.monotonic() < deadline:
-            time.sleep(0.1)
-            info = c.get("/get_server_info").json()
-            busy = info["num_pending_requests"] or info["internal_states"][0]["num_running_reqs"]
+        info = wait_idle(c)
     assert info["num_pending_requests"] == 0
     assert info["internal_states"][0]["num_running_reqs"] == 0
