@@ -1,7 +1,8 @@
 """Prometheus collectors of the main process (one registry per TokenizerManager).
 
 Latency buckets are fine-grained between 1 ms and 200 ms: a 10-100 Hz control loop has a
-10-100 ms budget per step, and P99 inside that band is what an operator watches.
+10-100 ms budget per step, and P99 inside that band is what an operator watches. Latencies,
+finishes and deadline misses carry the request's priority as a label.
 """
 
 from __future__ import annotations
@@ -15,62 +16,56 @@ CONTROL_LOOP_BUCKETS = (
     0.250, 0.300, 0.400, 0.500, 0.750, 1.0, 2.0, 5.0, 10.0, 30.0,
 )  # fmt: skip
 
+# name -> (help, labelled by priority)
+_LATENCIES = {
+    "ttft": ("vla_time_to_first_token_seconds", "Time to first token"),
+    "itl": (
+        "vla_inter_token_latency_seconds",
+        "Gap between outputs divided by their new tokens, one sample per token",
+    ),
+    "e2e": ("vla_e2e_request_latency_seconds", "End-to-end latency"),
+    "ttfa": (
+        "vla_time_to_first_action_seconds",
+        "Request arrival to its first completed action vector",
+    ),
+    "queue_time": ("vla_queue_time_seconds", "Scheduler arrival to first forward"),
+}
+_GAUGES = {
+    "num_running": ("vla_num_running_reqs", "Requests in the running batch"),
+    "num_waiting": ("vla_num_queue_reqs", "Requests waiting in the scheduler"),
+    "kv_used": ("vla_kv_used_tokens", "KV tokens held by requests and sessions"),
+    "kv_cached": ("vla_kv_cached_tokens", "KV tokens of reusable cached prefixes"),
+    "cache_hit_rate": ("vla_cache_hit_rate", "Prompt tokens served from the radix cache, share"),
+    "retractions": ("vla_num_retractions", "Requests preempted or retracted so far"),
+    "mm_cache_hits": ("vla_mm_embedding_cache_hits", "Images served from the embedding cache"),
+    "mm_cache_misses": ("vla_mm_embedding_cache_misses", "Images through the vision tower"),
+}
+
 
 class ServerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.ttft = Histogram(
-            "vla_time_to_first_token_seconds",
-            "Time to first token",
-            buckets=CONTROL_LOOP_BUCKETS,
-            registry=r,
-        )
-        self.itl = Histogram(
-            "vla_inter_token_latency_seconds",
-            "Gap between outputs divided by their new tokens, one sample per token",
-            buckets=CONTROL_LOOP_BUCKETS,
-            registry=r,
-        )
-        self.e2e = Histogram(
-            "vla_e2e_request_latency_seconds",
-            "End-to-end latency",
-            buckets=CONTROL_LOOP_BUCKETS,
-            registry=r,
-        )
-        self.ttfa = Histogram(
-            "vla_time_to_first_action_seconds",
-            "Request arrival to its first completed action vector",
-            buckets=CONTROL_LOOP_BUCKETS,
-            registry=r,
-        )
-        self.mm_cache_hits = Gauge(
-            "vla_mm_embedding_cache_hits",
-            "Images served from the vision-embedding cache",
-            registry=r,
-        )
-        self.mm_cache_misses = Gauge(
-            "vla_mm_embedding_cache_misses", "Images that went through the vision tower", registry=r
-        )
-        self.queue_time = Histogram(
-            "vla_queue_time_seconds",
-            "Scheduler arrival to first forward",
-            buckets=CONTROL_LOOP_BUCKETS,
-            registry=r,
-        )
-        self.num_running = Gauge(
-            "vla_num_running_reqs", "Requests in the running batch", registry=r
-        )
-        self.num_waiting = Gauge(
-            "vla_num_queue_reqs", "Requests waiting in the scheduler", registry=r
-        )
-        self.kv_used = Gauge("vla_kv_used_tokens", "KV pool tokens in use", registry=r)
+        for attr, (name, doc) in _LATENCIES.items():
+            setattr(
+                self,
+                attr,
+                Histogram(name, doc, ["priority"], buckets=CONTROL_LOOP_BUCKETS, registry=r),
+            )
+        for attr, (name, doc) in _GAUGES.items():
+            setattr(self, attr, Gauge(name, doc, registry=r))
         self.prompt_tokens = Counter(
             "vla_prompt_tokens", "Prompt tokens of finished requests", registry=r
         )
         self.generation_tokens = Counter("vla_generation_tokens", "Generated tokens", registry=r)
         self.requests = Counter(
-            "vla_requests", "Finished requests by finish type", ["finish"], registry=r
+            "vla_requests", "Finished requests by finish type", ["finish", "priority"], registry=r
+        )
+        self.deadline_misses = Counter(
+            "vla_deadline_misses",
+            "Requests ended because of their deadline",
+            ["priority"],
+            registry=r,
         )
 
     def render(self) -> bytes:

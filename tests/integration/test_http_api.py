@@ -222,8 +222,8 @@ def test_metrics_histograms(server):
         count = next(line for line in text.splitlines() if line.startswith(name + "_count"))
         assert float(count.split()[-1]) > 0, name
     # control-loop resolution: buckets between 10 and 20 ms, and between 40 and 60 ms
-    assert 'vla_inter_token_latency_seconds_bucket{le="0.0125"}' in text
-    assert 'vla_inter_token_latency_seconds_bucket{le="0.045"}' in text
+    assert 'vla_inter_token_latency_seconds_bucket{le="0.0125",priority="0"}' in text
+    assert 'vla_inter_token_latency_seconds_bucket{le="0.045",priority="0"}' in text
     assert "vla_num_running_reqs" in text and "vla_generation_tokens_total" in text
 
 

@@ -44,6 +44,10 @@ class UpdateWeightsBody(msgspec.Struct, forbid_unknown_fields=True):
     model_path: str
 
 
+class CloseSessionBody(msgspec.Struct, forbid_unknown_fields=True):
+    session_id: str
+
+
 class EmptyBody(msgspec.Struct, forbid_unknown_fields=True):
     pass
 
@@ -233,6 +237,17 @@ def add_control_routes(app: FastAPI, tm: TokenizerManager) -> None:
     async def flush_cache(request: Request) -> Response:
         await _parse(request, EmptyBody)
         return reply(await tm.control.flush_cache())
+
+    @app.post("/open_session")
+    async def open_session(request: Request) -> Response:
+        body = await _parse(request, dict)
+        return _json(await tm.control.open_session(body))
+
+    @app.post("/close_session")
+    async def close_session(request: Request) -> Response:
+        body = await _parse(request, CloseSessionBody)
+        await tm.control.close_session(body.session_id)
+        return _json({"success": True})
 
     @app.post("/update_weights_from_disk")
     async def update_weights(request: Request) -> Response:

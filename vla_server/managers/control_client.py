@@ -12,9 +12,11 @@ import zmq.asyncio
 
 from vla_server.errors import RequestError
 from vla_server.io_struct import (
+    CloseSessionReq,
     ContinueGenerationReq,
     FlushCacheReq,
     GetInternalStateReq,
+    OpenSessionReq,
     PauseGenerationReq,
     RpcReply,
     UpdateWeightsFromDiskReq,
@@ -22,6 +24,7 @@ from vla_server.io_struct import (
     encode,
     rpc_reply_decoder,
 )
+from vla_server.managers.session_registry import parse_open_session
 
 if TYPE_CHECKING:
     from vla_server.managers.tokenizer_manager import TokenizerManager
@@ -101,6 +104,31 @@ class ControlClient:
             return await self.call(UpdateWeightsFromDiskReq, model_path=model_path)
         async with self.tm.model_update_lock.writer():
             return await self.call(UpdateWeightsFromDiskReq, model_path=model_path)
+
+    async def open_session(self, body: dict[str, Any]) -> str:
+        req = parse_open_session(body)
+        assert req.session_id is not None
+        if req.unnorm_key is not None and self.tm.mm.actions is not None:
+            try:
+                self.tm.mm.actions.resolve_unnorm_key(req.unnorm_key)
+            except ValueError as e:
+                raise RequestError(str(e), "unnorm_key") from None
+        reply = await self.call(
+            OpenSessionReq,
+            session_id=req.session_id,
+            capacity_of_str_len=req.capacity_of_str_len,
+            timeout=req.timeout,
+        )
+        if not reply.success:
+            raise RequestError(reply.message, "session_id")
+        self.tm.sessions.add(req)
+        return req.session_id
+
+    async def close_session(self, session_id: str) -> None:
+        reply = await self.call(CloseSessionReq, session_id=session_id)
+        self.tm.sessions.remove(session_id)
+        if not reply.success:
+            raise RequestError(reply.message, "session_id")
 
     async def internal_state(self) -> dict[str, Any]:
         return (await self.call(GetInternalStateReq)).data

@@ -16,6 +16,7 @@ import msgspec
 import numpy as np
 
 from vla_server.errors import RequestError, from_msgspec
+from vla_server.io_struct import SessionParams
 from vla_server.model.sampling import SamplingParams
 
 
@@ -34,6 +35,12 @@ class GenerateReqInput(msgspec.Struct, forbid_unknown_fields=True, omit_defaults
     mm_hashes: Any = None  # hex image hashes, one per image, in the same shape as image_data
     unnorm_key: str | None = None
     num_actions: int | None = None
+    priority: int | None = None
+    deadline_ms: float | None = None  # relative to capture_time, or to the receive time
+    capture_time: float | None = None  # seconds since the epoch (the camera frame's stamp)
+    supersede: bool = False  # a newer request of the session cancels its older waiting one
+    session_id: str | None = None
+    session_params: dict[str, Any] | None = None
 
 
 @dataclass
@@ -54,6 +61,12 @@ class GenerateItem:
     mm_hashes: list[Any] | str | None
     unnorm_key: str | None
     num_actions: int
+    priority: int | None
+    deadline_ms: float | None
+    capture_time: float | None
+    supersede: bool
+    session_id: str | None
+    session_params: SessionParams | None
 
 
 @dataclass
@@ -165,6 +178,7 @@ def normalize(obj: GenerateReqInput, limits: ModelLimits) -> tuple[list[Generate
     hashes = _batch_entries(obj.mm_hashes, n, batch, "mm_hashes")
     if obj.num_actions is not None and obj.num_actions < 1:
         raise RequestError("must be >= 1", "num_actions")
+    session_params = _session_params(obj)
     items = []
     for i in range(n):
         field = (
@@ -188,9 +202,30 @@ def normalize(obj: GenerateReqInput, limits: ModelLimits) -> tuple[list[Generate
                 mm_hashes=hashes[i],
                 unnorm_key=obj.unnorm_key,
                 num_actions=obj.num_actions or 0,
+                priority=obj.priority,
+                deadline_ms=obj.deadline_ms,
+                capture_time=obj.capture_time,
+                supersede=obj.supersede,
+                session_id=obj.session_id,
+                session_params=session_params,
             )
         )
     return items, batch
+
+
+def _session_params(obj: GenerateReqInput) -> SessionParams | None:
+    if obj.deadline_ms is not None and not obj.deadline_ms > 0:
+        raise RequestError("must be > 0", "deadline_ms")
+    if obj.session_params is None:
+        if obj.supersede and obj.session_id is None:
+            raise RequestError("supersede needs session_id or session_params", "supersede")
+        return None
+    if obj.session_id is not None:
+        raise RequestError("give session_id or session_params, not both", "session_id")
+    try:
+        return msgspec.convert(obj.session_params, SessionParams)
+    except msgspec.ValidationError as e:
+        raise from_msgspec(e, prefix="session_params") from None
 
 
 def _batch_entries(value: Any, n: int, batch: bool, field: str) -> list[Any]:

@@ -45,31 +45,24 @@ class PrefillAdder:
     """Budgets of one scheduling step: request slots, KV tokens, prefill (chunk) tokens."""
 
     def __init__(
-        self, cfg: PolicyConfig, available_tokens: int, free_rows: int, running: list[Req]
+        self, cfg: PolicyConfig, ratio: float, available: int, free_rows: int, running: list[Req]
     ):
         self.cfg = cfg
-        self.token_budget = available_tokens - sum(
-            reservation(r, cfg.reserve_ratio) for r in running
-        )
+        self.ratio = ratio
+        self.token_budget = available - sum(reservation(r, ratio) for r in running)
         self.slot_budget = min(cfg.max_running_requests - len(running), free_rows)
         self.chunk_budget = cfg.chunked_prefill_size or math.inf
 
+    def _need(self, req: Req, prefix_len: int) -> int:
+        return req.seq_len - prefix_len + math.ceil(req.remaining_new_tokens() * self.ratio)
+
     def shortfall(self, req: Req, prefix_len: int) -> tuple[int, int]:
         """(slots, tokens) missing to admit `req` with `prefix_len` cached tokens."""
-        need = (
-            req.seq_len
-            - prefix_len
-            + math.ceil(req.remaining_new_tokens() * self.cfg.reserve_ratio)
-        )
-        return max(1 - self.slot_budget, 0), max(need - self.token_budget, 0)
+        return max(1 - self.slot_budget, 0), max(self._need(req, prefix_len) - self.token_budget, 0)
 
     def admit(self, req: Req, prefix_len: int) -> None:
         self.slot_budget -= 1
-        self.token_budget -= (
-            req.seq_len
-            - prefix_len
-            + math.ceil(req.remaining_new_tokens() * self.cfg.reserve_ratio)
-        )
+        self.token_budget -= self._need(req, prefix_len)
 
     def take_chunk(self, need: int) -> int:
         n = int(min(need, self.chunk_budget))
@@ -79,7 +72,7 @@ class PrefillAdder:
     def give_back(self, req: Req) -> None:
         """A preempted request's slot and reservation return to the budgets."""
         self.slot_budget += 1
-        self.token_budget += reservation(req, self.cfg.reserve_ratio) + req.kv_len
+        self.token_budget += reservation(req, self.ratio) + req.kv_len
 
 
 def choose_victims(

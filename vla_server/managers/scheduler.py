@@ -118,6 +118,7 @@ class Scheduler:
         self.inflight: tuple[ScheduledBatch, Future] | None = None
         self.paused = False
         self.num_retractions = 0
+        self.reserve_ratio = self.policy.reserve_ratio
         self.builder = StepBuilder(self)
         self.results = ResultProcessor(self)
         self.control = SchedulerControl(self)

@@ -19,6 +19,10 @@ from vla_server.managers.schedule_policy import PrefillAdder, choose_victims, re
 if TYPE_CHECKING:
     from vla_server.managers.scheduler import Scheduler
 
+# After a retraction under KV pressure the reserve ratio rises by this, then decays per step.
+RESERVE_STEP = 0.2
+RESERVE_DECAY = 0.002
+
 
 class StepBuilder:
     def __init__(self, scheduler: Scheduler):
@@ -27,7 +31,9 @@ class StepBuilder:
     def build(self) -> ScheduledBatch | None:
         s = self.s
         plan: list[tuple[Req, int]] = []
-        adder = PrefillAdder(s.policy, s.kv.available_tokens(), s.kv.free_rows(), s.running)
+        adder = PrefillAdder(
+            s.policy, s.reserve_ratio, s.kv.available_tokens(), s.kv.free_rows(), s.running
+        )
         for req in s.running:
             need = req.num_new_tokens
             if req.finished or need <= 0 or (req.is_decoding and req.remaining_new_tokens() == 0):
@@ -72,18 +78,23 @@ class StepBuilder:
         n_tokens = sum(n for _, n in plan)
         slots = s.kv.alloc(n_tokens)
         while slots is None:
-            # KV pressure (reservations below 100 %): retract the least important request.
-            planned = {r for r, _ in plan}
-            victim = next(
-                iter(retraction_order(s.policy, [r for r in s.running if r in planned])), None
-            )
-            if victim is None or len(planned) == 1:
-                raise RuntimeError(f"KV pool exhausted: {n_tokens} slots needed")
-            s.drain()
-            s.retract(victim)
-            plan = [(r, n) for r, n in plan if r is not victim and not r.finished]
+            if s.inflight is not None:
+                # The batch in flight may finish requests and free their KV: wait for it first.
+                s.drain()
+            else:
+                # KV pressure (reservations below 100 %): retract the least important request,
+                # and reserve more for a while so it is not re-admitted into the same squeeze.
+                candidates = [r for r in retraction_order(s.policy, s.running) if not r.finished]
+                if len(candidates) <= 1:
+                    raise RuntimeError(f"KV pool exhausted: {n_tokens} slots needed")
+                s.retract(candidates[0])
+                s.reserve_ratio = min(1.0, s.reserve_ratio + RESERVE_STEP)
+            plan = [(r, n) for r, n in plan if r in s.running and not r.finished]
+            if not plan:
+                return None
             n_tokens = sum(n for _, n in plan)
             slots = s.kv.alloc(n_tokens)
+        s.reserve_ratio = max(s.policy.reserve_ratio, s.reserve_ratio - RESERVE_DECAY)
         return self._make_batch(plan, slots)
 
     def _make_batch(self, plan: list[tuple[Req, int]], slots: object) -> ScheduledBatch:

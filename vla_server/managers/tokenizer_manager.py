@@ -46,6 +46,7 @@ from vla_server.managers.req_state import (
     logprob_delta,
     meta_info,
 )
+from vla_server.managers.session_registry import SessionRegistry
 from vla_server.metrics import ServerMetrics
 from vla_server.process_utils import zmq_socket
 from vla_server.server_args import PortArgs, ServerArgs
@@ -66,6 +67,7 @@ class TokenizerManager:
         self.tokenizer = tokenizer
         self.limits: ModelLimits | None = None  # known once the scheduler is ready
         self.mm: MultimodalFrontend
+        self.sessions = SessionRegistry()
         self.rid_to_state: dict[str, ReqState] = {}
         self.metrics = ServerMetrics()
         self.model_update_lock = RWLock()
@@ -116,6 +118,10 @@ class TokenizerManager:
         self.metrics.mm_cache_hits.set(s.mm_cache_hits)
         self.metrics.mm_cache_misses.set(s.mm_cache_misses)
         self.metrics.kv_used.set(s.kv_used_tokens)
+        self.metrics.kv_cached.set(s.kv_cached_tokens)
+        self.metrics.retractions.set(s.num_retractions)
+        if s.prefix_queried_tokens:
+            self.metrics.cache_hit_rate.set(s.prefix_hit_tokens / s.prefix_queried_tokens)
         for i, rid in enumerate(msg.rids):
             state = self.rid_to_state.get(rid)
             if state is None:
@@ -144,7 +150,9 @@ class TokenizerManager:
         if new_actions:
             if state.first_action_time is None:
                 state.first_action_time = time.perf_counter()
-                self.metrics.ttfa.observe(state.first_action_time - state.created)
+                self.metrics.ttfa.labels(self._priority(state)).observe(
+                    state.first_action_time - state.created
+                )
             state.actions += new_actions
         state.finished = finish is not None
         state.finish_reason = finish
@@ -170,28 +178,36 @@ class TokenizerManager:
             chunk["index"] = state.item.index
         state.out_list.append(chunk)
 
+    def _priority(self, state: ReqState) -> str:
+        p = state.item.priority
+        return str(self.args.default_priority_value if p is None else p)
+
     def _decode_one(self, tid: int) -> str:
         return self.tokenizer.decode([tid])
 
     def _observe_latency(self, state: ReqState, meta: Any, n_new: int, finish: dict | None) -> None:
         now = time.perf_counter()
         m = self.metrics
+        prio = self._priority(state)
         if meta.queue_time is not None:
-            m.queue_time.observe(meta.queue_time)
+            m.queue_time.labels(prio).observe(meta.queue_time)
         if n_new:
             if state.first_token_time is None:
                 state.first_token_time = now
-                m.ttft.observe(now - state.created)
+                m.ttft.labels(prio).observe(now - state.created)
             elif state.last_output_time is not None:
                 gap = (now - state.last_output_time) / n_new
                 for _ in range(n_new):
-                    m.itl.observe(gap)
+                    m.itl.labels(prio).observe(gap)
             state.last_output_time = now
             m.generation_tokens.inc(n_new)
         if finish is not None:
-            m.e2e.observe(now - state.created)
+            m.e2e.labels(prio).observe(now - state.created)
             m.prompt_tokens.inc(meta.prompt_tokens)
-            m.requests.labels(finish=finish.get("type", "unknown")).inc()
+            kind = finish.get("type", "unknown")
+            m.requests.labels(finish=kind, priority=prio).inc()
+            if kind == "deadline":
+                m.deadline_misses.labels(prio).inc()
 
     # ---- requests ----------------------------------------------------------------------------
 
@@ -248,6 +264,7 @@ class TokenizerManager:
 
     async def _tokenize(self, item: GenerateItem) -> TokenizedGenerateReqInput:
         assert self.limits is not None
+        self.sessions.apply(item)
         embeds = None
         if item.input_embeds is not None:
             if item.images:
@@ -271,6 +288,10 @@ class TokenizerManager:
             raise RequestError(
                 f"must be smaller than the prompt length {len(ids)}", field="logprob_start_len"
             )
+        received = time.time()
+        deadline = None
+        if item.deadline_ms is not None:
+            deadline = (item.capture_time or received) + item.deadline_ms / 1000
         return TokenizedGenerateReqInput(
             rid=item.rid,
             input_ids=ids,
@@ -280,10 +301,15 @@ class TokenizerManager:
             logprob_start_len=item.logprob_start_len,
             top_logprobs_num=item.top_logprobs_num,
             stream=item.stream,
-            received_time=time.time(),
+            received_time=received,
             mm_items=mm_items,
             num_actions=item.num_actions,
             unnorm_key=item.unnorm_key,
+            priority=item.priority,
+            deadline=deadline,
+            supersede=item.supersede,
+            session_id=item.session_id,
+            session_params=item.session_params,
         )
 
     def _send(self, msgs: list[TokenizedGenerateReqInput], states: list[ReqState]) -> None:
