@@ -141,9 +141,11 @@ def sse_chunks(server: Any, body: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def metric_value(server: Any, name: str) -> float:
+    """A metric's value, summed over its label sets (e.g. priority)."""
     text = server.client().get("/metrics").text
-    line = next(x for x in text.splitlines() if x.startswith(name + " "))
-    return float(line.split()[1])
+    lines = [x for x in text.splitlines() if x.startswith((name + " ", name + "{"))]
+    assert lines, f"no metric {name}"
+    return sum(float(x.split()[-1]) for x in lines)
 
 
 def test_stream_delivers_each_action_when_its_last_token_arrives(demo):

@@ -112,14 +112,14 @@ def test_startup_failure_fails_fast_with_the_reason(llama_path, tmp_path):
     assert "scheduler failed to start" in log
 
 
-def _die_while_loading(code: int) -> None:
-    os._exit(code)
+def _die_while_loading(ready_pipe: object, code: int) -> None:
+    os._exit(code)  # holds the readiness pipe like the scheduler, dies before writing to it
 
 
 def test_child_dying_during_startup_reports_its_exit_code():
     ctx = mp.get_context("spawn")
     reader, writer = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_die_while_loading, args=(3,), name="scheduler")
+    child = ctx.Process(target=_die_while_loading, args=(writer, 3), name="scheduler")
     child.start()
     writer.close()
     with pytest.raises(StartupError, match="exited with code 3"):

@@ -67,7 +67,7 @@ class MultimodalFrontend:
         """`ids` with image placeholders expanded, and the images that go with them."""
         if not item.images:
             if item.mm_hashes:
-                raise RequestError("mm_hashes given for a request without images", "mm_hashes")
+                raise RequestError("has entries for 0 images (one hash per image)", "mm_hashes")
             if self.image_token_id is not None and self.image_token_id in ids:
                 raise RequestError("the prompt has image placeholders but no image_data", field)
             return ids, []
