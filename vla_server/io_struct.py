@@ -175,6 +175,7 @@ class ReqOutputMeta(msgspec.Struct, array_like=True):
     cached_tokens: int
     queue_time: float | None = None  # seconds from scheduler arrival to first forward
     num_retractions: int = 0
+    queue_steps: int | None = None  # scheduler steps between arrival and first forward
 
 
 class SchedulerStats(msgspec.Struct, array_like=True):

@@ -57,6 +57,7 @@ def build_output(reqs: list[Req], stats: SchedulerStats) -> BatchTokenIDOutput:
                 cached_tokens=req.cached_tokens,
                 queue_time=None if req.queue_time_sent else req.queue_time,
                 num_retractions=req.num_retractions,
+                queue_steps=None if req.queue_time_sent else req.queue_steps,
             )
         )
         out.logprobs.append(req.pending_logprobs)

@@ -60,6 +60,8 @@ class Req:
     to_abort: dict[str, Any] | None = None
     generator: torch.Generator | None = None
     queue_time: float | None = None
+    arrival_step: int = 0  # scheduler step counter when the request arrived
+    queue_steps: int | None = None
     inflight: int = 0  # scheduled batches whose results are not processed yet
     num_retractions: int = 0
     prompt_scored_upto: int = 0  # prompt tokens [0, n) whose logprobs were reported

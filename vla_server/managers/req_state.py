@@ -36,6 +36,8 @@ class ReqState:
     finish_reason: dict[str, Any] | None = None
     actions: list[list[float]] = field(default_factory=list)
     first_action_time: float | None = None
+    queue_time: float | None = None
+    queue_steps: int | None = None
 
     @property
     def rid(self) -> str:
@@ -76,6 +78,9 @@ def meta_info(
         "cached_tokens": meta.cached_tokens,
         "finish_reason": finish,
         "e2e_latency": time.perf_counter() - state.created,
+        "queue_time": state.queue_time,
+        "queue_steps": state.queue_steps,
+        "num_retractions": meta.num_retractions,
     }
     if state.item.num_actions:
         info["num_actions"] = len(state.actions)

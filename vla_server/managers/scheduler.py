@@ -118,6 +118,7 @@ class Scheduler:
         self.inflight: tuple[ScheduledBatch, Future] | None = None
         self.paused = False
         self.num_retractions = 0
+        self.step_count = 0  # batches launched
         self.reserve_ratio = self.policy.reserve_ratio
         self.builder = StepBuilder(self)
         self.results = ResultProcessor(self)
@@ -178,6 +179,7 @@ class Scheduler:
             self.reap()
             batch = None if self.paused else self.builder.build()
             if batch is not None:
+                self.step_count += 1
                 future = self.worker.submit(self.batch_runner.run, batch)
                 if not self.overlap:
                     self.results.process(batch, future)
@@ -224,6 +226,7 @@ class Scheduler:
 
     def handle_generate(self, msg: TokenizedGenerateReqInput) -> None:
         req = Req.from_wire(msg)
+        req.arrival_step = self.step_count
         if req.priority == 0 and msg.priority is None:
             req.priority = self.args.default_priority_value
         try:

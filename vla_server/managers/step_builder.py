@@ -130,4 +130,5 @@ class StepBuilder:
             req.pending_tokens += int(sample)
             if req.queue_time is None:
                 req.queue_time = now - req.arrival_time
+                req.queue_steps = s.step_count - req.arrival_step
         return batch

@@ -189,7 +189,10 @@ class TokenizerManager:
         now = time.perf_counter()
         m = self.metrics
         prio = self._priority(state)
+        if meta.queue_steps is not None:
+            state.queue_steps = meta.queue_steps
         if meta.queue_time is not None:
+            state.queue_time = meta.queue_time
             m.queue_time.labels(prio).observe(meta.queue_time)
         if n_new:
             if state.first_token_time is None:
