@@ -1,11 +1,12 @@
 """Drive the node with openpi's own policy client, exactly as an openpi robot runtime would.
 
     pip install --no-deps openpi-client && pip install msgpack websockets dm-tree typing_extensions
-    VLA_OPENPI_ACTION_HORIZON=4 VLA_OPENPI_UNNORM_KEY=demo_arm vla-server serve &
+    vla-server serve --openpi-action-horizon 4 --openpi-unnorm-key demo_arm &
     python examples/openpi_policy_client.py --port 30000
 
 The client connects to ws://host:port (the node's HTTP port; the policy WebSocket is served at
-`/`). Images are found by key (anything with "image" in its name, or VLA_OPENPI_IMAGE_KEYS);
+`/`). Images are found by key (anything with "image" in its name, or the server's
+--openpi-image-keys);
 `state` is accepted and ignored by LLaVA-style VLAs. `ActionChunkBroker` hands out one action
 per step and asks the node for a new chunk when the current one is used up.
 """

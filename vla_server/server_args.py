@@ -66,6 +66,15 @@ class ServerArgs:
     )
     allow_remote_media: bool = _opt(False, "fetch http(s) image URLs (off by default)")
     mm_embedding_cache_mb: float = _opt(256.0, "byte budget of the vision-embedding cache, MB")
+    served_model_name: str | None = _opt(None, "model id clients see (default: the folder name)")
+    openpi_action_horizon: int = _opt(1, "openpi policy endpoint: actions per reply by default")
+    openpi_image_keys: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "openpi policy endpoint: observation image keys in camera order (default: auto)"
+        },
+    )
+    openpi_unnorm_key: str | None = _opt(None, "openpi policy endpoint: default unnorm key")
     watchdog_interval: float = _opt(0.2, "seconds between child liveness checks")
     graceful_shutdown_timeout: float = _opt(5.0, "seconds SIGTERM waits for in-flight requests")
 
@@ -77,7 +86,8 @@ class ServerArgs:
     def add_cli_args(cls, parser: argparse.ArgumentParser) -> None:
         for f in dataclasses.fields(cls):
             flag = "--" + f.name.replace("_", "-")
-            kw: dict[str, Any] = {"default": f.default, "help": f.metadata.get("help", "")}
+            default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+            kw: dict[str, Any] = {"default": default, "help": f.metadata.get("help", "")}
             if "choices" in f.metadata:
                 kw["choices"] = f.metadata["choices"]
             ftype = f.type if isinstance(f.type, str) else f.type.__name__

@@ -1,7 +1,7 @@
 """openpi's own client package (`openpi-client`, installed with --no-deps) against a live node.
 
 `WebsocketClientPolicy(host, port)` connects to the node's HTTP port; the node is started with
-`VLA_OPENPI_ACTION_HORIZON=3` and `VLA_OPENPI_UNNORM_KEY=demo_arm`. Reference for the actions:
+`--openpi-action-horizon 3` and `--openpi-unnorm-key demo_arm`. Reference for the actions:
 transformers' LLaVA generation constrained to the action bins, on the checkpoint's processor with
 the instruction first and the cameras in observation order, decoded with OpenVLA's formula.
 """
@@ -41,8 +41,8 @@ PROMPT = "put the carrot into the sink"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    env = {"VLA_OPENPI_ACTION_HORIZON": str(HORIZON), "VLA_OPENPI_UNNORM_KEY": "demo_arm"}
-    with run_server(None, tmp_path_factory.mktemp("openpi"), env=env) as s:
+    flags = ["--openpi-action-horizon", str(HORIZON), "--openpi-unnorm-key", "demo_arm"]
+    with run_server(None, tmp_path_factory.mktemp("openpi"), *flags) as s:
         yield s
 
 

@@ -13,17 +13,34 @@ NEW = 24
 # Lengths from 1 to ~250 tokens, with shared prefixes so the radix cache has work to do.
 BASE = list(range(20, 140))
 PROMPTS = [
-    BASE[:1], BASE[:7], BASE[:40], BASE + BASE[:90], BASE[:33] + [300, 301],
-    BASE[:40] + [5, 6, 7], BASE, [400 + i % 50 for i in range(180)],
+    BASE[:1],
+    BASE[:7],
+    BASE[:40],
+    BASE + BASE[:90],
+    BASE[:33] + [300, 301],
+    BASE[:40] + [5, 6, 7],
+    BASE,
+    [400 + i % 50 for i in range(180)],
 ]
 CONFIGS = {
     "plain": ["--disable-overlap-schedule", "--disable-radix-cache", "--chunked-prefill-size", "0"],
     "overlap": ["--disable-radix-cache", "--chunked-prefill-size", "0"],
     "radix": ["--disable-overlap-schedule", "--chunked-prefill-size", "0"],
-    "chunk16": ["--disable-overlap-schedule", "--disable-radix-cache", "--chunked-prefill-size", "16"],
+    "chunk16": [
+        "--disable-overlap-schedule",
+        "--disable-radix-cache",
+        "--chunked-prefill-size",
+        "16",
+    ],
     "everything": ["--chunked-prefill-size", "7"],
-    "kv-pressure": ["--chunked-prefill-size", "32", "--decode-reserve-ratio", "0.05",
-                    "--max-total-tokens", "300"],
+    "kv-pressure": [
+        "--chunked-prefill-size",
+        "32",
+        "--decode-reserve-ratio",
+        "0.05",
+        "--max-total-tokens",
+        "300",
+    ],
 }
 
 
@@ -33,7 +50,9 @@ async def _run(server) -> list[list[int]]:
         # Two waves: the second finds the first's prefixes in the radix cache.
         outs = []
         for wave in range(2):
-            rs = await asyncio.gather(*(c.post("/generate", json={**body, "input_ids": p}) for p in PROMPTS))
+            rs = await asyncio.gather(
+                *(c.post("/generate", json={**body, "input_ids": p}) for p in PROMPTS)
+            )
             assert all(r.status_code == 200 for r in rs), [r.text for r in rs]
             outs += [r.json() for r in rs]
             if wave == 0:
@@ -43,8 +62,9 @@ async def _run(server) -> list[list[int]]:
 
 @pytest.fixture(scope="module")
 def reference(llama_path, tmp_path_factory):
-    with run_server(llama_path, tmp_path_factory.mktemp("ref"), *CONFIGS["plain"],
-                    "--max-total-tokens", "8192") as server:
+    with run_server(
+        llama_path, tmp_path_factory.mktemp("ref"), *CONFIGS["plain"], "--max-total-tokens", "8192"
+    ) as server:
         return asyncio.run(_run(server))
 
 
@@ -59,7 +79,7 @@ def test_greedy_outputs_identical_across_scheduler_modes(name, reference, llama_
     assert [o["output_ids"] for o in outs] == [o["output_ids"] for o in reference]
     assert all(len(o["output_ids"]) == NEW for o in outs)
     if "radix" in name or name == "everything":
-        assert any(o["meta_info"]["cached_tokens"] > 0 for o in outs[len(PROMPTS):])
+        assert any(o["meta_info"]["cached_tokens"] > 0 for o in outs[len(PROMPTS) :])
         assert info["internal_states"][0]["radix_cache"]["hit_tokens"] > 0
     if name == "kv-pressure":
         assert info["internal_states"][0]["num_retractions"] > 0, "the pool was meant to run short"

@@ -39,8 +39,8 @@ def finish_error(chunk: dict[str, Any]) -> RequestError | None:
 
 
 def served_model_id(args: ServerArgs) -> str:
-    """The model name clients see: the checkpoint folder's name (`demo-vla-v2` for the demo)."""
-    return Path(args.model_path or "model").name
+    """The model name clients see: `--served-model-name`, else the checkpoint folder's name."""
+    return args.served_model_name or Path(args.model_path or "model").name
 
 
 async def prepend(first: T, rest: AsyncIterator[T]) -> AsyncIterator[T]:

@@ -18,6 +18,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from vla_server.entrypoints.actions_api import add_actions_routes
 from vla_server.entrypoints.engine import Node, describe_death, launch_node, stop_processes
+from vla_server.entrypoints.frontend_common import finish_error
 from vla_server.entrypoints.openai_api import add_openai_routes
 from vla_server.entrypoints.openpi_policy import add_openpi_routes
 from vla_server.errors import RequestError, from_msgspec
@@ -66,15 +67,6 @@ async def _parse(request: Request, typ: type[T]) -> T:
         raise from_msgspec(e) from None
 
 
-def _error_of(out: dict[str, Any]) -> RequestError | None:
-    """A scheduler-side rejection (finish type abort with a 4xx/5xx status) as an error."""
-    fin = out.get("meta_info", {}).get("finish_reason") or {}
-    status = fin.get("status_code")
-    if fin.get("type") == "abort" and status is not None and status != 499:
-        return RequestError(fin.get("message", "request failed"), status_code=status)
-    return None
-
-
 def _sse(data: Any) -> bytes:
     return b"data: " + msgspec.json.encode(data) + b"\n\n"
 
@@ -101,7 +93,7 @@ def create_app(node: Node) -> FastAPI:
 
     @app.middleware("http")
     async def auth(request: Request, call_next: Any) -> Response:
-        if args.api_key and request.url.path != "/health":
+        if args.api_key and request.url.path not in ("/health", "/healthz"):
             got = request.headers.get("authorization", "")
             if not hmac.compare_digest(got.encode(), f"Bearer {args.api_key}".encode()):
                 return _json(
@@ -119,10 +111,10 @@ def create_app(node: Node) -> FastAPI:
                 out = [o async for o in gen][-1]
             except ClientDisconnected:
                 return Response(status_code=499)
-            err = _error_of(out) if isinstance(out, dict) else None
+            err = finish_error(out) if isinstance(out, dict) else None
             return _json(err.to_json(), err.status_code) if err else _json(out)
         first = await gen.__anext__()
-        err = _error_of(first)
+        err = finish_error(first)
         if err is not None and not first.get("output_ids"):
             await gen.aclose()
             return _json(err.to_json(), err.status_code)

@@ -5,7 +5,7 @@ An observation is the dict an openpi client sends (`WebsocketClientPolicy.infer(
 * `prompt` (str, required): the instruction;
 * the camera images: uint8 `[H, W, 3]` or `[3, H, W]` arrays (float arrays in [0, 1] are scaled
   to uint8, as openpi's own policies do). Which keys are images is set by
-  `VLA_OPENPI_IMAGE_KEYS`; by default every array of two or more dimensions under a key whose
+  `--openpi-image-keys`; by default every array of two or more dimensions under a key whose
   path contains "image" (`observation/image`, `observation/wrist_image`,
   `observation/exterior_image_1_left`, `images/cam_high`, ...), in the observation's order.
   Nested dicts are addressed with "/": `{"images": {"cam_high": a}}` is `images/cam_high`;
@@ -14,12 +14,12 @@ An observation is the dict an openpi client sends (`WebsocketClientPolicy.infer(
 Everything else (`state`, `observation/joint_position`, ...) is accepted and ignored: LLaVA-style
 VLAs condition on images and text only.
 
-Settings, environment variables of `vla-server serve` read once at start-up:
+Settings, flags of `vla-server serve`:
 
-* `VLA_OPENPI_IMAGE_KEYS`: comma-separated image keys in camera order (default: auto, as above);
-* `VLA_OPENPI_ACTION_HORIZON`: actions per reply when the observation gives no `num_actions`
+* `--openpi-image-keys`: comma-separated image keys in camera order (default: auto, as above);
+* `--openpi-action-horizon`: actions per reply when the observation gives no `num_actions`
   (default 1, one OpenVLA-style step);
-* `VLA_OPENPI_UNNORM_KEY`: the statistics key when the observation gives no `unnorm_key`
+* `--openpi-unnorm-key`: the statistics key when the observation gives no `unnorm_key`
   (default none: fine for a checkpoint with a single key).
 """
 
@@ -33,6 +33,7 @@ import numpy as np
 
 from vla_server.entrypoints.action_request import ActionQuery
 from vla_server.errors import RequestError
+from vla_server.server_args import ServerArgs
 
 
 @dataclass(frozen=True)
@@ -42,20 +43,13 @@ class OpenpiConfig:
     unnorm_key: str | None = None
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> OpenpiConfig:
-        keys = tuple(
-            k.strip() for k in env.get("VLA_OPENPI_IMAGE_KEYS", "").split(",") if k.strip()
-        )
-        horizon_text = env.get("VLA_OPENPI_ACTION_HORIZON", "1")
-        try:
-            horizon = int(horizon_text)
-        except ValueError:
-            horizon = 0
-        if horizon < 1:
+    def from_args(cls, args: ServerArgs) -> OpenpiConfig:
+        if args.openpi_action_horizon < 1:
             raise ValueError(
-                f"VLA_OPENPI_ACTION_HORIZON must be an integer >= 1, not {horizon_text!r}"
+                f"--openpi-action-horizon must be >= 1, not {args.openpi_action_horizon}"
             )
-        return cls(keys, horizon, env.get("VLA_OPENPI_UNNORM_KEY") or None)
+        keys = tuple(k.strip() for k in args.openpi_image_keys if k.strip())
+        return cls(keys, args.openpi_action_horizon, args.openpi_unnorm_key)
 
 
 def _flatten(obs: Mapping[Any, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -105,7 +99,7 @@ def _images(flat: dict[str, Any], cfg: OpenpiConfig) -> list[np.ndarray]:
     if not images:
         raise RequestError(
             "no camera image found (an array under a key containing 'image'; "
-            "or set VLA_OPENPI_IMAGE_KEYS)",
+            "or start the server with --openpi-image-keys)",
             "observation",
         )
     return images

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import hmac
 import logging
-import os
 import time
 from typing import Any
 
@@ -121,7 +120,7 @@ async def _serve(ws: WebSocket, tm: TokenizerManager, cfg: OpenpiConfig) -> None
 
 def add_openpi_routes(app: FastAPI, node: Node) -> None:
     tm = node.tokenizer_manager
-    cfg = OpenpiConfig.from_env(os.environ)
+    cfg = OpenpiConfig.from_args(node.server_args)
     api_key = node.server_args.api_key
 
     @app.get("/healthz")
