@@ -8,6 +8,7 @@ import importlib
 BENCHES = {
     "serving": "vla_server.bench.serving",
     "multimodal": "vla_server.bench.multimodal",
+    "bridge": "ros_bridge.bench_bridge",
 }
 
 
