@@ -4,6 +4,7 @@ mid-way, no request state and no KV is left behind."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import httpx
@@ -90,3 +91,30 @@ def test_rejections_and_disconnects_leave_nothing_behind(server):
             ).status_code
             == 200
         )
+
+
+def test_non_stream_client_disconnect_aborts_in_the_scheduler(server):
+    # ~500 tokens take seconds here; the client leaves after 0.3 s
+    body = {"text": "pick", "sampling_params": {"max_new_tokens": 500, "ignore_eos": True}}
+    with server.client() as c:
+        aborted_before = _finished(c, "abort")
+        # the client gives up after 1 s and closes the connection
+        with (
+            httpx.Client(base_url=server.url, timeout=1.0) as quick,
+            contextlib.suppress(httpx.TimeoutException),
+        ):
+            quick.post("/generate", json=body)
+        deadline = time.monotonic() + 30
+        while idle_state(c)["pending"]:
+            assert time.monotonic() < deadline, "the request is still pending"
+            time.sleep(0.1)
+        assert _finished(c, "abort") == aborted_before + 1, "it ended without an abort"
+        info = c.get("/get_server_info").json()
+        assert info["kv_pool"]["used"] == 0
+        assert info["internal_states"][0]["num_running_reqs"] == 0
+
+
+def _finished(c: httpx.Client, kind: str) -> float:
+    text = c.get("/metrics").text
+    prefix = f'vla_requests_total{{finish="{kind}"'
+    return sum(float(ln.split()[-1]) for ln in text.splitlines() if ln.startswith(prefix))

@@ -8,6 +8,7 @@ import importlib
 BENCHES = {
     "serving": "vla_server.bench.serving",
     "multimodal": "vla_server.bench.multimodal",
+    "scheduler": "vla_server.bench.scheduler",
     "bridge": "ros_bridge.bench_bridge",
 }
 

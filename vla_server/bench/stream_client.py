@@ -17,6 +17,7 @@ class StreamTiming:
     itls: list[float] = field(default_factory=list)  # gap between chunks / tokens in the chunk
     e2e: float = 0.0
     tokens: int = 0
+    output_ids: list[int] = field(default_factory=list)
     actions_at: list[float] = field(default_factory=list)  # time of each chunk carrying actions
     last: dict[str, Any] | None = None
 
@@ -43,6 +44,7 @@ async def timed_stream(client: httpx.AsyncClient, body: dict[str, Any]) -> Strea
             if chunk.get("actions"):
                 timing.actions_at.append(now - t0)
             timing.tokens += n
+            timing.output_ids += chunk["output_ids"]
             timing.last = chunk
     timing.e2e = time.perf_counter() - t0
     return timing

@@ -53,6 +53,30 @@ class EmptyBody(msgspec.Struct, forbid_unknown_fields=True):
     pass
 
 
+class ApiKeyMiddleware:
+    """`Authorization: Bearer KEY` on every HTTP route but the health checks.
+
+    Plain ASGI rather than FastAPI's `@app.middleware("http")`: that wrapper hides the client's
+    disconnect from `request.is_disconnected()`, which is how a non-streaming request notices a
+    client that went away and aborts its generation.
+    """
+
+    OPEN_PATHS = ("/health", "/healthz")
+
+    def __init__(self, app: Any, api_key: str):
+        self.app = app
+        self.expected = f"Bearer {api_key}".encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] not in self.OPEN_PATHS:
+            got = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(got, self.expected):
+                err = RequestError("missing or wrong API key", "authorization", 401)
+                await _json(err.to_json(), 401)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def _json(data: Any, status_code: int = 200) -> Response:
     return Response(
         msgspec.json.encode(data), status_code=status_code, media_type="application/json"
@@ -91,15 +115,8 @@ def create_app(node: Node) -> FastAPI:
     async def request_error(_: Request, e: RequestError) -> Response:
         return _json(e.to_json(), e.status_code)
 
-    @app.middleware("http")
-    async def auth(request: Request, call_next: Any) -> Response:
-        if args.api_key and request.url.path not in ("/health", "/healthz"):
-            got = request.headers.get("authorization", "")
-            if not hmac.compare_digest(got.encode(), f"Bearer {args.api_key}".encode()):
-                return _json(
-                    RequestError("missing or wrong API key", "authorization", 401).to_json(), 401
-                )
-        return await call_next(request)
+    if args.api_key:
+        app.add_middleware(ApiKeyMiddleware, api_key=args.api_key)
 
     @app.post("/generate")
     async def generate(request: Request) -> Response:

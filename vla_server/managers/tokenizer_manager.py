@@ -9,6 +9,7 @@ failure after dispatch sends exactly one abort, and the scheduler's echo removes
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -350,21 +351,21 @@ class TokenizerManager:
             yield [finals[i] for i in range(len(states))] if is_batch else finals[0]
 
     async def _wait_event(self, event: asyncio.Event, request: Any) -> None:
+        """Wait for new output; an HTTP caller that went away raises ClientDisconnected.
+
+        The client is checked on every wake-up, not only on timeouts: a non-streaming request
+        wakes for the scheduler's periodic intermediate outputs and might never time out.
+        """
+        timeout = 1.0 if request is None else DISCONNECT_POLL_S
         while True:
             if self.dead_reason is not None and not event.is_set():
                 raise RequestError(f"the engine is down: {self.dead_reason}", status_code=503)
-            if request is None:
-                try:
-                    await asyncio.wait_for(event.wait(), timeout=1.0)
-                    return
-                except TimeoutError:
-                    continue
-            try:
-                await asyncio.wait_for(event.wait(), timeout=DISCONNECT_POLL_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), timeout=timeout)
+            if request is not None and await request.is_disconnected():
+                raise ClientDisconnected()
+            if event.is_set():
                 return
-            except TimeoutError:
-                if await request.is_disconnected():
-                    raise ClientDisconnected() from None
 
     def _release_on_failure(self, states: list[ReqState]) -> None:
         for st in states:

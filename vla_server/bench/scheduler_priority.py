@@ -1,0 +1,165 @@
+"""A high-priority robot's TTFT and ITL alone vs with N low-priority robots streaming.
+
+One server with `--enable-priority-scheduling` and `--max-running-requests N`, so the N
+low-priority robots (each re-sending a long stream as soon as its last one ends) saturate it
+and the high-priority robot's short action-like requests must preempt one of them. The same
+robot sending at the low robots' priority (plain FIFO order) shows what priority buys. The raw
+decode step at batch 1 and N (in-process, same run) shows what batching alone costs the ITL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+import httpx
+
+from vla_server.bench.raw_step import measure_decode_steps
+from vla_server.bench.scheduler_common import (
+    BenchSetup,
+    add_common_args,
+    gen_body,
+    itls,
+    latency_cols,
+    prompt_ids,
+    save_report,
+    serve,
+    setup,
+    ttfts,
+)
+from vla_server.bench.stats import summary_ms
+from vla_server.bench.stream_client import StreamTiming, timed_stream
+
+LOW, HIGH = 0, 100  # more than --priority-scheduling-preemption-threshold (10) apart
+INSTRUCTION = prompt_ids(24, seed=7)  # the action robot's fixed instruction prefix
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    add_common_args(p)
+    p.add_argument("--low-robots", type=int, default=8)
+    p.add_argument("--low-tokens", type=int, default=48, help="new tokens per low-priority stream")
+    p.add_argument("--action-tokens", type=int, default=7, help="new tokens per action request")
+    p.add_argument("--reps", type=int, default=10, help="action requests per phase")
+    p.add_argument("--gap", type=float, default=0.1, help="seconds between action requests")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--settle", type=float, default=2.0, help="seconds for the low robots to start")
+
+
+async def action_robot(
+    client: httpx.AsyncClient, args: argparse.Namespace, priority: int, seed: int
+) -> list[StreamTiming]:
+    out = []
+    for i in range(args.reps):
+        ids = INSTRUCTION + prompt_ids(8, seed=seed * 1000 + i)  # a new observation each time
+        body = gen_body(ids, args.action_tokens, priority=priority)
+        out.append(await timed_stream(client, body))
+        await asyncio.sleep(args.gap)
+    return out
+
+
+async def low_robot(
+    client: httpx.AsyncClient, tokens: int, seed: int, stop: asyncio.Event
+) -> list[StreamTiming]:
+    out = []
+    while not stop.is_set():
+        body = gen_body(prompt_ids(32, seed=seed + len(out)), tokens, priority=LOW)
+        out.append(await timed_stream(client, body))
+    return out
+
+
+async def phase(
+    url: str, args: argparse.Namespace, n_low: int, priority: int, seed: int
+) -> tuple[list[StreamTiming], list[StreamTiming]]:
+    """The action robot's timings, and the low robots' streams that ran meanwhile."""
+    limits = httpx.Limits(max_connections=n_low + 4)
+    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
+        stop = asyncio.Event()
+        lows = [
+            asyncio.create_task(low_robot(client, args.low_tokens, 10_000 * (seed + i + 1), stop))
+            for i in range(n_low)
+        ]
+        if n_low:
+            await asyncio.sleep(args.settle)
+        high = await action_robot(client, args, priority, seed)
+        stop.set()
+        low = [t for ts in await asyncio.gather(*lows) for t in ts]
+    return high, low
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    bench = setup(args)
+    n = args.low_robots
+    print("measuring the raw decode step ...", flush=True)
+    raw = {b: measure_decode_steps(bench.path, b, 100) for b in (1, n)}
+    cases = {
+        "alone": (0, HIGH),
+        f"{n} low robots, priority {HIGH}": (n, HIGH),
+        f"{n} low robots, equal priority (FIFO)": (n, LOW),
+    }
+    high: dict[str, list[StreamTiming]] = {c: [] for c in cases}
+    low: dict[str, list[StreamTiming]] = {c: [] for c in cases}
+    flags = ("--enable-priority-scheduling", "--max-running-requests", str(n))
+    with serve(bench, *flags) as server:
+        asyncio.run(phase(server.url, args, n, HIGH, seed=99))  # warm-up
+        for r in range(args.rounds):
+            for case, (n_low, priority) in cases.items():
+                print(f"  round {r + 1}/{args.rounds}: {case}", flush=True)
+                h, lo = asyncio.run(phase(server.url, args, n_low, priority, seed=r))
+                high[case] += h
+                low[case] += lo
+    return report(bench, args, raw, high, low)
+
+
+def _meta(timings: list[StreamTiming], key: str) -> list[float]:
+    return [t.last["meta_info"].get(key) or 0 for t in timings if t.last]
+
+
+def report(
+    bench: BenchSetup,
+    args: argparse.Namespace,
+    raw: dict[int, list[float]],
+    high: dict[str, list[StreamTiming]],
+    low: dict[str, list[StreamTiming]],
+) -> dict[str, Any]:
+    alone = next(iter(high.values()))
+    base_ttft, base_itl = summary_ms(ttfts(alone)), summary_ms(itls(alone))
+    rows = []
+    for case, timings in high.items():
+        ttft, itl = summary_ms(ttfts(timings)), summary_ms(itls(timings))
+        rows.append(
+            {
+                "case": case,
+                "n": len(timings),
+                **latency_cols("ttft", ttfts(timings)),
+                **latency_cols("itl", itls(timings)),
+                "ttft_ratio_p99": ttft["p99"] / base_ttft["p99"],
+                "itl_ratio_p99": itl["p99"] / base_itl["p99"],
+                "queue_steps_max": max(_meta(timings, "queue_steps"), default=0),
+                "low_streams": len(low[case]),
+                "low_retractions": sum(_meta(low[case], "num_retractions")),
+            }
+        )
+    step_ratio = summary_ms(raw[args.low_robots])["p99"] / summary_ms(raw[1])["p99"]
+    print(
+        f"raw decode step p99, batch {args.low_robots} / batch 1 (what batching alone costs): "
+        f"{step_ratio:.2f}"
+    )
+    series = {f"TTFT, {c}": ttfts(t) for c, t in high.items()}
+    series |= {f"ITL, {c}": itls(t) for c, t in high.items()}
+    result = {
+        "raw_step_ms": {str(b): summary_ms(v) for b, v in raw.items()},
+        "raw_step_ratio_p99": step_ratio,
+        "priorities": {"high": HIGH, "low": LOW},
+        "action_tokens": args.action_tokens,
+        "low_tokens": args.low_tokens,
+    }
+    save_report(
+        bench,
+        "priority",
+        f"high-priority robot alone vs with {args.low_robots} low-priority robots",
+        rows,
+        result,
+        series,
+    )
+    return result | {"rows": rows}
