@@ -8,16 +8,9 @@ chunk that carries n tokens (the stream may coalesce) counts as n intervals of g
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import random
-import signal
-import socket
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +18,7 @@ import httpx
 import numpy as np
 
 from vla_kernels.itl_checkpoint import ItlCheckpoint
+from vla_server.server_subprocess import running_server
 
 START_TIMEOUT_S = 600.0
 STOP_GRACE_S = 30.0
@@ -71,8 +65,11 @@ def measure_served_itl(
     env = {"TRITON_INTERPRET": "1"} if interpret else {}
     log_path = (log_dir or checkpoint.path.parent) / f"server-{attention_backend}.log"
     try:
-        with served_node(_serve_args(attention_backend, checkpoint, plan), log_path, env) as url:
-            return [_measure_batch(url, batch, checkpoint, plan) for batch in plan.batches]
+        with running_server(
+            checkpoint.path, extra=_serve_args(attention_backend, checkpoint, plan),
+            log_path=log_path, env=env, start_timeout_s=START_TIMEOUT_S, stop_grace_s=STOP_GRACE_S,
+        ) as server:  # fmt: skip
+            return [_measure_batch(server.url, batch, checkpoint, plan) for batch in plan.batches]
     except Exception as e:
         raise RuntimeError(f"{e} (node log: {log_path})") from e
 
@@ -97,7 +94,7 @@ def _serve_args(backend: str, checkpoint: ItlCheckpoint, plan: ItlPlan) -> list[
     per_request = plan.prompt_tokens + plan.new_tokens
     dtype = str(checkpoint.shape.dtype).removeprefix("torch.")
     return [
-        "--model-path", str(checkpoint.path), "--device", plan.device, "--dtype", dtype,
+        "--device", plan.device, "--dtype", dtype,
         "--attention-backend", backend, "--max-running-requests", str(max(plan.batches)),
         "--max-total-tokens", str(max(plan.batches) * per_request + 64), "--log-level", "warning",
     ]  # fmt: skip
@@ -146,52 +143,3 @@ async def _stream_one(
     if got != new_tokens:
         raise RuntimeError(f"the stream carried {got} tokens, {new_tokens} were asked")
     return arrivals
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def served_node(args: list[str], log_path: Path, env: dict[str, str]) -> Iterator[str]:
-    """A ``vla-server serve`` node on a free loopback port; yields its URL."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "vla_server.entrypoints.cli", "serve",
-           "--host", "127.0.0.1", "--port", str(port), *args]  # fmt: skip
-    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **env}
-    with open(log_path, "wb") as log:
-        # Its own process group, so that teardown reaches the node's children too.
-        proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_healthy(proc, url, log_path)
-        yield url
-    finally:
-        _stop(proc)
-
-
-def _wait_healthy(proc: subprocess.Popen, url: str, log_path: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            tail = log_path.read_text(errors="replace")[-4000:]
-            raise RuntimeError(f"the node exited with {proc.returncode}:\n{tail}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        time.sleep(0.5)
-    raise RuntimeError(f"the node did not become healthy in {START_TIMEOUT_S:.0f} s")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(STOP_GRACE_S)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)  # children left behind, if any
-    proc.wait()

@@ -221,12 +221,11 @@ def run(args: argparse.Namespace) -> dict:
     if args.server_url:
         result = bench(args.server_url, frames, settings)
     else:
-        from ros_bridge.server_launcher import running_server
-        from vla_server.server_subprocess import free_port
+        from vla_server.server_subprocess import running_server
 
         with (
             tempfile.TemporaryDirectory() as tmp,
-            running_server(port=free_port(), log_path=Path(tmp) / "server.log") as server,
+            running_server(log_path=Path(tmp) / "server.log") as server,
         ):
             result = bench(server.url, frames, settings)
     text = json.dumps(result, indent=2)

@@ -69,7 +69,7 @@ def run_args_defaults() -> dict[str, str]:
 def cmd_run(ns: argparse.Namespace) -> None:
     from ros_bridge.bridge_node import VlaBridgeNode
     from ros_bridge.compat import rclpy
-    from ros_bridge.server_launcher import start_server
+    from vla_server.server_subprocess import start_server
 
     server = start_server(ns.model, ns.host, int(ns.port)) if ns.start_server else None
     try:

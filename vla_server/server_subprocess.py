@@ -1,6 +1,9 @@
-"""Start a real `vla-server serve` in a subprocess on a free port, and always clean it up.
+"""Start a real `vla-server serve` in a subprocess, wait until it is healthy, and take it down.
 
-Used by the tests, the benchmarks and the ROS bridge tools.
+The one launcher behind the tests, the benchmarks, `vla-bridge` (off ROS, where the launch file's
+ExecuteProcess is not available) and the served-ITL check. The node runs in its own session, so a
+kill reaches its scheduler and detokenizer children too, and a Ctrl-C at the terminal reaches only
+the caller, whose teardown then stops the node.
 """
 
 from __future__ import annotations
@@ -12,44 +15,64 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import psutil
 
-START_TIMEOUT_S = 180.0
+LOOPBACK = "127.0.0.1"
+START_TIMEOUT_S = 300.0
+STOP_GRACE_S = 15.0
 
 
 def free_port() -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((LOOPBACK, 0))
         return s.getsockname()[1]
+
+
+def serve_command(
+    model: str | Path | None, host: str, port: int, extra: Sequence[str] = ()
+) -> list[str]:
+    """`vla-server serve` as this interpreter runs it (no model, or '': the embedded demo)."""
+    cmd = [sys.executable, "-m", "vla_server.entrypoints.cli", "serve"]
+    cmd += ["--host", host, "--port", str(port)]
+    if model:
+        cmd += ["--model-path", str(model)]
+    return cmd + list(extra)
 
 
 @dataclass
 class ServerProcess:
-    proc: subprocess.Popen
+    proc: subprocess.Popen[bytes]
     port: int
-    log_path: Path
+    log_path: Path | None = None
     api_key: str | None = None
-    children: list[psutil.Process] = field(default_factory=list)
+    host: str = LOOPBACK
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def client(self, timeout: float = 120.0) -> httpx.Client:
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        return httpx.Client(base_url=self.url, timeout=timeout, headers=headers)
+        return httpx.Client(base_url=self.url, timeout=timeout, headers=self._auth_headers())
 
     def async_client(self, timeout: float = 120.0, **kw: object) -> httpx.AsyncClient:
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        headers = self._auth_headers()
         return httpx.AsyncClient(base_url=self.url, timeout=timeout, headers=headers, **kw)
 
+    def _auth_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
     def log(self) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
         return self.log_path.read_text(errors="replace")
+
+    def log_tail(self, n_chars: int = 4000) -> str:
+        return self.log()[-n_chars:]
 
     def node_children(self) -> list[psutil.Process]:
         """The node's child processes, without Python's multiprocessing resource tracker."""
@@ -68,35 +91,97 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             return None
 
+    def wait_healthy(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Until /health answers 200; raises with the log's tail if the node exits or hangs."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log_tail()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(self.url + "/health", timeout=2.0).status_code == 200:
+                    return
+            time.sleep(0.25)
+        raise RuntimeError(
+            f"server did not become healthy in {timeout_s:.0f} s:\n{self.log_tail()}"
+        )
 
-def _wait_healthy(server: ServerProcess) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if server.proc.poll() is not None:
-            raise RuntimeError(
-                f"server exited with {server.proc.returncode}:\n{server.log()[-4000:]}"
-            )
-        try:
-            if httpx.get(server.url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
-    raise RuntimeError(f"server did not become healthy:\n{server.log()[-4000:]}")
+    def kill(self) -> None:
+        """SIGKILL to the node's whole process group: a crash, as a client sees it."""
+        self._signal_group(signal.SIGKILL)
+        self.proc.wait(10)
 
+    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        """SIGTERM (graceful), SIGKILL after `grace_s`; nothing of the group survives."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.wait_exit(grace_s)
+        self._signal_group(signal.SIGKILL)  # whatever is left, whatever the caller did
+        self.wait_exit(5)
 
-def _stop(server: ServerProcess) -> None:
-    procs = [server.proc.pid]
-    with contextlib.suppress(psutil.Error):
-        procs += [c.pid for c in psutil.Process(server.proc.pid).children(recursive=True)]
-    if server.proc.poll() is None:
-        server.proc.send_signal(signal.SIGTERM)
-        if server.wait_exit(15) is None:
-            server.proc.kill()
-            server.proc.wait(5)
-    for pid in procs:  # never leave a child behind, whatever the test did
+    def _signal_group(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
+            os.killpg(self.proc.pid, sig)  # the group start_server created (start_new_session)
+
+
+def start_server(
+    model: str | Path | None = None,
+    host: str = LOOPBACK,
+    port: int | None = None,
+    *,
+    extra: Sequence[str] = (),
+    log_path: Path | None = None,
+    api_key: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> ServerProcess:
+    """Start the node (a free port unless given) without waiting for it.
+
+    Output goes to `log_path`, appended, so a restart on the same file keeps the first run's
+    lines; without one it goes where this process's output goes."""
+    port = free_port() if port is None else port
+    cmd = serve_command(model, host, port, [*(["--api-key", api_key] if api_key else []), *extra])
+    full_env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        **(env or {}),
+    }
+    out = open(log_path, "ab") if log_path is not None else None  # noqa: SIM115
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT if out else None,
+            env=full_env,
+            start_new_session=True,
+        )
+    finally:
+        if out is not None:
+            out.close()  # the child holds its own descriptor
+    return ServerProcess(proc, port, log_path, api_key, host)
+
+
+@contextlib.contextmanager
+def running_server(
+    model: str | Path | None = None,
+    host: str = LOOPBACK,
+    port: int | None = None,
+    *,
+    extra: Sequence[str] = (),
+    log_path: Path | None = None,
+    api_key: str | None = None,
+    env: Mapping[str, str] | None = None,
+    start_timeout_s: float = START_TIMEOUT_S,
+    stop_grace_s: float = STOP_GRACE_S,
+) -> Iterator[ServerProcess]:
+    """A healthy node for the `with` block; always taken down afterwards."""
+    server = start_server(
+        model, host, port, extra=extra, log_path=log_path, api_key=api_key, env=env
+    )
+    try:
+        server.wait_healthy(start_timeout_s)
+        yield server
+    finally:
+        server.stop(stop_grace_s)
 
 
 @contextlib.contextmanager
@@ -107,25 +192,10 @@ def run_server(
     api_key: str | None = None,
     env: dict[str, str] | None = None,
 ) -> Iterator[ServerProcess]:
+    """`running_server` on a free port with its log in `tmp_path` (the tests' form)."""
     port = free_port()
     log_path = tmp_path / f"server-{port}.log"
-    cmd = [sys.executable, "-m", "vla_server.entrypoints.cli", "serve", "--port", str(port)]
-    if model_path is not None:
-        cmd += ["--model-path", str(model_path)]
-    if api_key:
-        cmd += ["--api-key", api_key]
-    cmd += list(args)
-    full_env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        **(env or {}),
-    }
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env)
-    server = ServerProcess(proc, port, log_path, api_key)
-    try:
-        _wait_healthy(server)
+    with running_server(
+        model_path, port=port, extra=args, log_path=log_path, api_key=api_key, env=env
+    ) as server:
         yield server
-    finally:
-        _stop(server)

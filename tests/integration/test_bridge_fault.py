@@ -20,8 +20,7 @@ from ros_bridge.bags import read_frames
 from ros_bridge.bridge_node import VlaBridgeNode
 from ros_bridge.compat import diagnostic_msgs, rclpy, trajectory_msgs
 from ros_bridge.replay import camera_msg
-from ros_bridge.server_launcher import start_server
-from tests.server_process import free_port
+from vla_server.server_subprocess import free_port, start_server
 
 BAG = Path(__file__).resolve().parents[1] / "data/aloha_transfer_cube_10hz"
 OK, ERROR = diagnostic_msgs.msg.DiagnosticStatus.OK, diagnostic_msgs.msg.DiagnosticStatus.ERROR
