@@ -8,16 +8,15 @@ chunk that carries n tokens (the stream may coalesce) counts as n intervals of g
 from __future__ import annotations
 
 import asyncio
-import json
 import random
-import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import httpx
 import numpy as np
 
 from vla_kernels.itl_checkpoint import ItlCheckpoint
+from vla_server.bench.stream_client import StreamTiming, concurrent_streams
 from vla_server.server_subprocess import running_server
 
 START_TIMEOUT_S = 600.0
@@ -46,16 +45,6 @@ class ItlPlan:
     device: str = "cuda"
 
 
-def token_intervals(arrivals: list[tuple[float, int]]) -> list[float]:
-    """Seconds per token between consecutive chunks of one stream, given (time, n_tokens).
-
-    The first chunk (the prefill's token) only starts the clock: its gap is the TTFT."""
-    out: list[float] = []
-    for (t0, _), (t1, n) in zip(arrivals, arrivals[1:], strict=False):
-        out += [(t1 - t0) / n] * n
-    return out
-
-
 def measure_served_itl(
     attention_backend: str, checkpoint: ItlCheckpoint, plan: ItlPlan = ItlPlan(),
     log_dir: Path | None = None,
@@ -77,11 +66,12 @@ def measure_served_itl(
 def _measure_batch(url: str, batch: int, checkpoint: ItlCheckpoint, plan: ItlPlan) -> ServedItl:
     # An untimed identical round first: Triton compiles a kernel for each specialisation it
     # meets (the split-K count grows with the context), and no compile may land in the timing.
+    bodies = [_request(checkpoint, plan, seed) for seed in range(batch)]
     for _ in range(2):
-        streams = asyncio.run(
-            _stream_batch(url, batch, plan.prompt_tokens, plan.new_tokens, checkpoint)
-        )
-    gaps = [gap for arrivals in streams for gap in token_intervals(arrivals)]
+        streams = asyncio.run(concurrent_streams(url, bodies))
+        for timing in streams:
+            _check_complete(timing, plan.new_tokens)
+    gaps = [gap for timing in streams for gap in timing.itls]
     gaps_ms = np.array(gaps) * 1e3
     p50, p99 = np.percentile(gaps_ms, [50, 99])
     return ServedItl(
@@ -100,46 +90,17 @@ def _serve_args(backend: str, checkpoint: ItlCheckpoint, plan: ItlPlan) -> list[
     ]  # fmt: skip
 
 
-def _prompt(checkpoint: ItlCheckpoint, length: int, seed: int) -> list[int]:
+def _request(checkpoint: ItlCheckpoint, plan: ItlPlan, seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
     # Ids past the special tokens, so no prompt token is an end of sequence.
-    return [rng.randrange(8, checkpoint.shape.vocab) for _ in range(length)]
+    prompt = [rng.randrange(8, checkpoint.shape.vocab) for _ in range(plan.prompt_tokens)]
+    sampling = {"max_new_tokens": plan.new_tokens, "temperature": 0, "ignore_eos": True}
+    return {"input_ids": prompt, "sampling_params": sampling}
 
 
-async def _stream_batch(
-    url: str, batch: int, prompt_tokens: int, new_tokens: int, checkpoint: ItlCheckpoint
-) -> list[list[tuple[float, int]]]:
-    async with httpx.AsyncClient(base_url=url, timeout=None) as client:
-        streams = (
-            _stream_one(client, _prompt(checkpoint, prompt_tokens, seed), new_tokens)
-            for seed in range(batch)
-        )
-        return list(await asyncio.gather(*streams))
-
-
-async def _stream_one(
-    client: httpx.AsyncClient, input_ids: list[int], new_tokens: int
-) -> list[tuple[float, int]]:
-    body = {
-        "input_ids": input_ids, "stream": True,
-        "sampling_params": {"max_new_tokens": new_tokens, "temperature": 0, "ignore_eos": True},
-    }  # fmt: skip
-    arrivals: list[tuple[float, int]] = []
-    async with client.stream("POST", "/generate", json=body) as response:
-        if response.status_code != 200:
-            body_text = (await response.aread()).decode(errors="replace")
-            raise RuntimeError(f"/generate answered {response.status_code}: {body_text}")
-        async for line in response.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            now = time.perf_counter()
-            chunk = json.loads(line.removeprefix("data: "))
-            finish = chunk["meta_info"].get("finish_reason") or {}
-            if finish.get("type") == "abort":
-                raise RuntimeError(f"the server aborted the stream: {finish}")
-            if chunk.get("output_ids"):
-                arrivals.append((now, len(chunk["output_ids"])))
-    got = sum(n for _, n in arrivals)
-    if got != new_tokens:
-        raise RuntimeError(f"the stream carried {got} tokens, {new_tokens} were asked")
-    return arrivals
+def _check_complete(timing: StreamTiming, new_tokens: int) -> None:
+    finish = ((timing.last or {}).get("meta_info") or {}).get("finish_reason") or {}
+    if finish.get("type") == "abort":
+        raise RuntimeError(f"the server aborted the stream: {finish}")
+    if timing.tokens != new_tokens:
+        raise RuntimeError(f"the stream carried {timing.tokens} tokens, {new_tokens} were asked")

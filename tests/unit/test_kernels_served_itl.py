@@ -1,36 +1,12 @@
-"""The served-ITL pieces that need no server: interval arithmetic and the checkpoint builder."""
+"""The served-ITL piece that needs no server: the random-weight checkpoint builder."""
 
 from __future__ import annotations
 
-import math
-
-from hypothesis import given
-from hypothesis import strategies as st
 from safetensors import safe_open
 
 from vla_kernels.itl_checkpoint import SHAPES, build_checkpoint
-from vla_kernels.served_itl import token_intervals
 
 TINY = SHAPES["tiny"]
-
-
-def test_intervals_split_a_coalesced_chunk_evenly():
-    # Chunks at 0 s (1 token: the prefill's), 1 s (1), 3 s (2 tokens), 3.5 s (1).
-    arrivals = [(0.0, 1), (1.0, 1), (3.0, 2), (3.5, 1)]
-    assert token_intervals(arrivals) == [1.0, 1.0, 1.0, 0.5]
-
-
-@given(
-    st.lists(
-        st.tuples(st.floats(0, 10, allow_nan=False), st.integers(1, 4)), min_size=1, max_size=20
-    )
-)
-def test_intervals_cover_the_decode_time_once(steps):
-    times = [sum(dt for dt, _ in steps[: i + 1]) for i in range(len(steps))]
-    arrivals = [(t, n) for t, (_, n) in zip(times, steps, strict=True)]
-    gaps = token_intervals(arrivals)
-    assert len(gaps) == sum(n for _, n in steps[1:])
-    assert math.isclose(sum(gaps), times[-1] - times[0], abs_tol=1e-9)
 
 
 def test_one_b_shape_has_about_a_billion_parameters():

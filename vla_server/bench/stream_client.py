@@ -22,9 +22,20 @@ class StreamTiming:
     last: dict[str, Any] | None = None
 
 
+def token_intervals(arrivals: list[tuple[float, int]]) -> list[float]:
+    """Seconds per token between consecutive chunks of one stream, given (time, n_tokens).
+
+    The first chunk (the prefill's token) only starts the clock: its gap is the TTFT. A chunk
+    that carries n tokens (the stream may coalesce) counts as n intervals of gap / n."""
+    out: list[float] = []
+    for (t0, _), (t1, n) in zip(arrivals, arrivals[1:], strict=False):
+        out += [(t1 - t0) / n] * n
+    return out
+
+
 async def timed_stream(client: httpx.AsyncClient, body: dict[str, Any]) -> StreamTiming:
     t0 = time.perf_counter()
-    prev = None
+    arrivals: list[tuple[float, int]] = []  # (time, tokens) of each chunk that carries tokens
     timing = StreamTiming(ttft=float("nan"))
     async with client.stream("POST", "/generate", json={**body, "stream": True}) as r:
         if r.status_code != 200:
@@ -35,18 +46,17 @@ async def timed_stream(client: httpx.AsyncClient, body: dict[str, Any]) -> Strea
             now = time.perf_counter()
             chunk = json.loads(line[6:])
             n = len(chunk["output_ids"])
-            if n and prev is None:
-                timing.ttft = now - t0
-            elif n and prev is not None:
-                timing.itls += [(now - prev) / n] * n
             if n:
-                prev = now
+                arrivals.append((now, n))
             if chunk.get("actions"):
                 timing.actions_at.append(now - t0)
             timing.tokens += n
             timing.output_ids += chunk["output_ids"]
             timing.last = chunk
     timing.e2e = time.perf_counter() - t0
+    if arrivals:
+        timing.ttft = arrivals[0][0] - t0
+    timing.itls = token_intervals(arrivals)
     return timing
 
 
