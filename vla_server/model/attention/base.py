@@ -1,9 +1,10 @@
 """The interface between the decoder layers and an attention implementation.
 
 A backend is built once per model runner over the KV pools. Per forward it gets the batch
-(`init_forward_metadata`), then each layer calls `forward` with this layer's new q/k/v. The
-backend writes the new K/V into the pool at `batch.out_cache_loc` and returns attention over
-each request's whole sequence (cached prefix from the pool + the new tokens, causal).
+(`init_forward_metadata`), then each layer calls `forward` with this layer's new q/k/v, which
+writes the new K/V into the pool at `batch.out_cache_loc`; the backend's `attend` then returns
+attention over each request's whole sequence (cached prefix from the pool + the new tokens,
+causal).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ class AttentionBackend(ABC):
     def init_forward_metadata(self, batch: ForwardBatch) -> None:  # noqa: B027 - optional hook
         """Precompute per-batch index tensors shared by all layers."""
 
-    @abstractmethod
     def forward(
         self,
         q: torch.Tensor,  # [num_tokens, num_q_heads, head_dim]
@@ -34,4 +34,19 @@ class AttentionBackend(ABC):
         scale: float,
         batch: ForwardBatch,
     ) -> torch.Tensor:  # [num_tokens, num_q_heads, head_dim]
-        ...
+        self.kv_pool.set_kv(layer_id, batch.out_cache_loc, k, v)
+        k_cache, v_cache = self.kv_pool.get_kv(layer_id)
+        return self.attend(q, k, v, k_cache, v_cache, scale, batch)
+
+    @abstractmethod
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_cache: torch.Tensor,  # this layer's pool, already holding the new K/V
+        v_cache: torch.Tensor,
+        scale: float,
+        batch: ForwardBatch,
+    ) -> torch.Tensor:
+        """Attention of each new token over its request's cached prefix and new tokens."""

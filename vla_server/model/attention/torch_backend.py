@@ -55,17 +55,16 @@ class TorchAttentionBackend(AttentionBackend):
             if n > 1
         ]
 
-    def forward(
+    def attend(
         self,
         q: torch.Tensor,
         k: torch.Tensor,
         v: torch.Tensor,
-        layer_id: int,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
         scale: float,
         batch: ForwardBatch,
     ) -> torch.Tensor:
-        self.kv_pool.set_kv(layer_id, batch.out_cache_loc, k, v)
-        k_cache, v_cache = self.kv_pool.get_kv(layer_id)
         group = self._decode
         if group is not None and group.token_index is None:
             return self._attend_decode(q, k_cache, v_cache, group, scale)

@@ -47,12 +47,13 @@ class TritonAttentionBackend(AttentionBackend):
         max_extend_len = max(batch.extend_lens_cpu, default=0)
         self._meta = _BatchMetadata(batch, max_seq_len, max_extend_len, splits)
 
-    def forward(
+    def attend(
         self,
         q: torch.Tensor,
         k: torch.Tensor,
         v: torch.Tensor,
-        layer_id: int,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
         scale: float,
         batch: ForwardBatch,
     ) -> torch.Tensor:
@@ -60,14 +61,12 @@ class TritonAttentionBackend(AttentionBackend):
             self.init_forward_metadata(batch)
         meta = self._meta
         assert meta is not None
-        self.kv_pool.set_kv(layer_id, batch.out_cache_loc, k, v)
-        k_buffer, v_buffer = self.kv_pool.get_kv(layer_id)
         # The kernels multiply q with the pool's K, so q takes the pool's dtype for the call.
         q_pool = _contiguous_heads(q.to(self.kv_pool.dtype))
         req_to_token = self.req_to_token_pool.req_to_token
         if batch.mode is ForwardMode.DECODE:
             out = decode_attention(
-                q_pool, k_buffer, v_buffer, req_to_token, batch.req_pool_indices,
+                q_pool, k_cache, v_cache, req_to_token, batch.req_pool_indices,
                 batch.seq_lens, scale, new_token_slots=batch.out_cache_loc,
                 max_seq_len=meta.max_seq_len, num_kv_splits=meta.num_kv_splits,
                 workspace=self._workspace(meta, q_pool),
@@ -75,7 +74,7 @@ class TritonAttentionBackend(AttentionBackend):
         else:
             out = extend_attention(
                 q_pool, _contiguous_heads(k.to(self.kv_pool.dtype)),
-                _contiguous_heads(v.to(self.kv_pool.dtype)), k_buffer, v_buffer, req_to_token,
+                _contiguous_heads(v.to(self.kv_pool.dtype)), k_cache, v_cache, req_to_token,
                 batch.req_pool_indices, batch.prefix_lens, batch.extend_lens,
                 batch.extend_start_loc, scale, max_extend_len=meta.max_extend_len,
             )  # fmt: skip
