@@ -61,6 +61,7 @@ class _Server:
     multimodal: bool = False
     digest: bytes | None = None
     action_dim: int | None = None  # mm.actions.action_dim of /get_server_info
+    image_token: str | None = None  # mm.image_token: the per-image prompt placeholder
     support: FieldSupport = field(default_factory=FieldSupport)
 
 
@@ -202,6 +203,8 @@ class BridgeWorker:
             try:
                 if await client.health():
                     self._use_server_info(await client.server_info())
+                    if self.config.request.session:
+                        await client.open_session(self.config.request.session)
                     if self.monitor.server_up():
                         self.monitor.count("reconnects")
                         self._sink.report("info", f"server {self.server_url} is back")
@@ -226,6 +229,8 @@ class BridgeWorker:
         actions = mm.get("actions") if isinstance(mm, dict) else None
         dim = actions.get("action_dim") if isinstance(actions, dict) else None
         self._server.action_dim = dim if isinstance(dim, int) and dim > 0 else None
+        token = mm.get("image_token") if isinstance(mm, dict) else None
+        self._server.image_token = token if isinstance(token, str) else None
         self._server.ready = True
         if not self._server.multimodal:
             self._sink.report(
@@ -251,6 +256,7 @@ class BridgeWorker:
                 remaining_ms=remaining_ms,
                 multimodal=self._server.multimodal,
                 support=self._server.support,
+                image_token=self._server.image_token,
             )
             try:
                 await self._consume(client, ticket, body)

@@ -1,6 +1,6 @@
 """The `/generate` body the bridge sends for one frame (ROS-free).
 
-Scheduling fields (`priority`, `deadline_ms`, `supersede`, `session_params`) are newer than the
+Scheduling fields (`priority`, `deadline_ms`, `supersede`, `session_id`) are newer than the
 image/action API, and the server answers an unknown field with a 400 naming it. The bridge
 therefore sends them optimistically and, on such a 400, drops the named field for good
 (`FieldSupport.reject`) and resends: it works with servers before and after the scheduler.
@@ -14,7 +14,7 @@ from typing import Any
 
 from ros_bridge.frame_input import PreparedImage
 
-OPTIONAL_FIELDS = frozenset({"priority", "deadline_ms", "supersede", "session_params"})
+OPTIONAL_FIELDS = frozenset({"priority", "deadline_ms", "supersede", "session_id"})
 TEXT_ONLY_MAX_NEW_TOKENS = 8
 
 
@@ -50,10 +50,18 @@ def build_body(
     remaining_ms: float,
     multimodal: bool,
     support: FieldSupport,
+    image_token: str | None = None,
 ) -> dict[str, Any]:
-    """One streaming request. Without server image support (`multimodal=False`): text only."""
+    """One streaming request. Without server image support (`multimodal=False`): text only.
+
+    The instruction comes first and the images last (one `image_token` placeholder each), so
+    consecutive frames share the instruction's KV in the server's prefix cache.
+    """
     sampling: dict[str, Any] = {"temperature": settings.temperature}
-    body: dict[str, Any] = {"text": settings.instruction, "stream": True, "rid": rid}
+    text = settings.instruction
+    if multimodal and image_token:
+        text = f"{text}\n" + image_token * len(images)
+    body: dict[str, Any] = {"text": text, "stream": True, "rid": rid}
     if multimodal:
         body["image_data"] = [image.image_data for image in images]
         hashes = [image.mm_hash for image in images]
@@ -71,7 +79,9 @@ def build_body(
     if settings.priority:
         optional["priority"] = settings.priority
     if settings.session:
-        optional["session_params"] = {"id": settings.session}
+        # An identity, not a prompt rebuild: each frame is a fresh prompt, and a newer frame
+        # supersedes this session's older waiting one on the server too.
+        optional["session_id"] = settings.session
         optional["supersede"] = True
     body.update({k: v for k, v in optional.items() if k not in support.unsupported})
     return body

@@ -82,6 +82,16 @@ class VlaStreamClient:
     async def server_info(self) -> dict[str, Any]:
         return await self._get_json("/get_server_info")
 
+    async def open_session(self, session_id: str) -> None:
+        """Open the episode's session on the server; one that is already open is kept."""
+        try:
+            response = await self._http.post("/open_session", json={"session_id": session_id})
+        except httpx.HTTPError as exc:
+            raise ServerUnavailable(_describe(exc)) from None
+        if response.status_code == 400 and "already open" in response.text:
+            return
+        await _raise_for_status(response)
+
     async def stream(self, body: dict[str, Any]) -> AsyncIterator[StreamChunk]:
         """Yields chunks until `[DONE]`; raises ServerUnavailable if the stream breaks off."""
         parser = SseParser()

@@ -40,6 +40,7 @@ class FakeServer:
     extra_lines: list[str] = field(default_factory=list)  # sent before the first chunk
     bodies: list[dict[str, Any]] = field(default_factory=list)
     finish: dict[str, Any] | None = None  # overrides the last chunk's finish_reason
+    sessions: list[str] = field(default_factory=list)  # ids opened with /open_session
 
     @property
     def accepted(self) -> list[dict[str, Any]]:
@@ -60,6 +61,9 @@ class FakeServer:
                 info["mm"] = {"preprocess_digest": DIGEST_HEX}
             return httpx.Response(200, json=info)
         body = json.loads(request.content)
+        if request.url.path == "/open_session":
+            self.sessions.append(body["session_id"])
+            return httpx.Response(200, json=body["session_id"])
         self.bodies.append(body)
         unknown = sorted(set(body) - self.known_fields)
         if unknown:

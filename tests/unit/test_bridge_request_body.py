@@ -34,7 +34,7 @@ def test_multimodal_body() -> None:
         "sampling_params": {"temperature": 0.0},
         "deadline_ms": 123.457,
         "priority": 2,
-        "session_params": {"id": "ep-7"},
+        "session_id": "ep-7",
         "supersede": True,
     }
 
@@ -71,8 +71,8 @@ def test_hashes_left_out_until_every_image_has_one() -> None:
 
 def test_field_support_drops_optional_fields_once() -> None:
     support = FieldSupport()
-    assert support.reject("session_params.id")
-    assert not support.reject("session_params")  # already dropped: a real error now
+    assert support.reject("session_id")
+    assert not support.reject("session_id")  # already dropped: a real error now
     assert not support.reject("image_data")  # not optional: never dropped
     assert not support.reject(None)
     body = build_body(
@@ -83,4 +83,17 @@ def test_field_support_drops_optional_fields_once() -> None:
         multimodal=True,
         support=support,
     )
-    assert "session_params" not in body and body["supersede"] is True
+    assert "session_id" not in body and body["supersede"] is True
+
+
+def test_instruction_first_images_last_with_the_servers_placeholder() -> None:
+    body = build_body(
+        RequestSettings(instruction="stack"),
+        [IMAGE, IMAGE],
+        rid="r",
+        remaining_ms=1.0,
+        multimodal=True,
+        support=FieldSupport(),
+        image_token="<image>",
+    )
+    assert body["text"] == "stack\n<image><image>"

@@ -136,8 +136,9 @@ def test_optional_fields_unknown_to_the_server_are_dropped_once(make_worker) -> 
     wait_for(lambda: worker.monitor.counters["frames_processed"] == 1)
     worker.submit(job(2))
     wait_for(lambda: worker.monitor.counters["frames_processed"] == 2)
-    # deadline_ms, session_params, supersede: one 400 each, then never sent again
+    # deadline_ms, session_id, supersede: one 400 each, then never sent again
     assert len(server.bodies) - len(server.accepted) == 3
+    assert server.sessions == ["episode-1"]  # the episode's session was opened once
     assert len(server.accepted) == 2
     assert worker.monitor.counters["request_errors"] == 0
 

@@ -31,6 +31,11 @@ class MultimodalFrontend:
         self.tokens_per_image: int = info.get("num_image_tokens") or 0
         self.vocab_size: int = info["vocab_size"]
         self.bos_token_id = tokenizer.bos_token_id
+        self.image_token = (
+            tokenizer.convert_ids_to_tokens(self.image_token_id)
+            if self.image_token_id is not None
+            else None
+        )
         self.pipeline: ImagePipeline | None = None
         if self.tokens_per_image:
             policy = MediaPolicy(
@@ -49,7 +54,10 @@ class MultimodalFrontend:
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="vla-mm")
 
     def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"num_image_tokens": self.tokens_per_image}
+        out: dict[str, Any] = {
+            "num_image_tokens": self.tokens_per_image,
+            "image_token": self.image_token,  # the placeholder a prompt writes per image
+        }
         if self.pipeline is not None:
             out["preprocess_digest"] = self.pipeline.preprocess_digest.hex()
         if self.actions is not None:
