@@ -42,8 +42,9 @@ from vla_server.entrypoints.action_request import (
 from vla_server.entrypoints.engine import Node
 from vla_server.entrypoints.frontend_common import (
     SSE_DONE,
-    decode_body,
+    json_response,
     prepend,
+    request_body,
     served_model_id,
     sse,
 )
@@ -80,10 +81,6 @@ def _query(body: ActionsBody) -> ActionQuery:
         seed=body.seed,
         rid=body.rid or uuid.uuid4().hex,
     )
-
-
-def _json(data: Any, status_code: int = 200) -> Response:
-    return Response(msgspec.json.encode(data), status_code, media_type="application/json")
 
 
 def _failed(e: ActionFailed) -> dict[str, Any]:
@@ -161,7 +158,7 @@ def add_actions_routes(app: FastAPI, node: Node) -> None:
     @app.post("/v1/actions")
     async def actions(request: Request) -> Response:
         timing = ActionTiming()
-        body = decode_body(await request.body(), ActionsBody)
+        body = await request_body(request, ActionsBody)
         query = _query(body)
         assert query.rid is not None
         reply = _Reply(tm, model, body, query.rid)
@@ -176,9 +173,9 @@ def add_actions_routes(app: FastAPI, node: Node) -> None:
             reply.add(first)
             async for last in updates:
                 reply.add(last)
-            return _json(reply.final(last, timing))
+            return json_response(reply.final(last, timing))
         except ActionFailed as e:
-            return _json(_failed(e), 500)
+            return json_response(_failed(e), 500)
         except ClientDisconnected:
             return Response(status_code=499)
 

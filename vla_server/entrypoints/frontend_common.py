@@ -1,4 +1,4 @@
-"""Pieces the extra front ends (OpenAI, actions, openpi) share on top of the TokenizerManager."""
+"""Pieces the HTTP front ends (native, OpenAI, actions, openpi) share over the TokenizerManager."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
+from fastapi import Request
+from fastapi.responses import Response
 
 from vla_server.errors import RequestError, from_msgspec
 from vla_server.server_args import ServerArgs
@@ -14,12 +16,17 @@ from vla_server.server_args import ServerArgs
 T = TypeVar("T")
 
 
-def decode_body(body: bytes, typ: type[T]) -> T:
-    """A JSON request body as `typ`; a malformed body or a bad field is a RequestError."""
+async def request_body(request: Request, typ: type[T]) -> T:
+    """The JSON request body as `typ`; a malformed body or a bad field is a RequestError."""
+    body = await request.body()
     try:
         return msgspec.json.decode(body or b"{}", type=typ)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         raise from_msgspec(e) from None
+
+
+def json_response(data: Any, status_code: int = 200) -> Response:
+    return Response(msgspec.json.encode(data), status_code, media_type="application/json")
 
 
 def sse(data: Any) -> bytes:

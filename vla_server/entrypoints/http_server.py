@@ -9,7 +9,7 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from multiprocessing.process import BaseProcess
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 import uvicorn
@@ -18,16 +18,21 @@ from fastapi.responses import Response, StreamingResponse
 
 from vla_server.entrypoints.actions_api import add_actions_routes
 from vla_server.entrypoints.engine import Node, describe_death, launch_node, stop_processes
-from vla_server.entrypoints.frontend_common import finish_error
+from vla_server.entrypoints.frontend_common import (
+    SSE_DONE,
+    finish_error,
+    json_response,
+    request_body,
+    sse,
+)
 from vla_server.entrypoints.openai_api import add_openai_routes
 from vla_server.entrypoints.openpi_policy import add_openpi_routes
-from vla_server.errors import RequestError, from_msgspec
+from vla_server.errors import RequestError
 from vla_server.managers.generate_request import parse_body
 from vla_server.managers.tokenizer_manager import ClientDisconnected, TokenizerManager
 from vla_server.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
 
 HEALTH_GENERATE_TIMEOUT_S = 20.0
 
@@ -72,27 +77,9 @@ class ApiKeyMiddleware:
             got = dict(scope["headers"]).get(b"authorization", b"")
             if not hmac.compare_digest(got, self.expected):
                 err = RequestError("missing or wrong API key", "authorization", 401)
-                await _json(err.to_json(), 401)(scope, receive, send)
+                await json_response(err.to_json(), 401)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
-
-
-def _json(data: Any, status_code: int = 200) -> Response:
-    return Response(
-        msgspec.json.encode(data), status_code=status_code, media_type="application/json"
-    )
-
-
-async def _parse(request: Request, typ: type[T]) -> T:
-    body = await request.body()
-    try:
-        return msgspec.json.decode(body or b"{}", type=typ)
-    except (msgspec.DecodeError, msgspec.ValidationError) as e:
-        raise from_msgspec(e) from None
-
-
-def _sse(data: Any) -> bytes:
-    return b"data: " + msgspec.json.encode(data) + b"\n\n"
 
 
 def create_app(node: Node) -> FastAPI:
@@ -113,7 +100,7 @@ def create_app(node: Node) -> FastAPI:
 
     @app.exception_handler(RequestError)
     async def request_error(_: Request, e: RequestError) -> Response:
-        return _json(e.to_json(), e.status_code)
+        return json_response(e.to_json(), e.status_code)
 
     if args.api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=args.api_key)
@@ -129,22 +116,22 @@ def create_app(node: Node) -> FastAPI:
             except ClientDisconnected:
                 return Response(status_code=499)
             err = finish_error(out) if isinstance(out, dict) else None
-            return _json(err.to_json(), err.status_code) if err else _json(out)
+            return json_response(err.to_json(), err.status_code) if err else json_response(out)
         first = await gen.__anext__()
         err = finish_error(first)
         if err is not None and not first.get("output_ids"):
             await gen.aclose()
-            return _json(err.to_json(), err.status_code)
+            return json_response(err.to_json(), err.status_code)
         return StreamingResponse(_stream(first, gen, rids), media_type="text/event-stream")
 
     async def _stream(
         first: dict[str, Any], gen: AsyncIterator[Any], rids: list[str]
     ) -> AsyncIterator[bytes]:
         try:
-            yield _sse(first)
+            yield sse(first)
             async for chunk in gen:
-                yield _sse(chunk)
-            yield b"data: [DONE]\n\n"
+                yield sse(chunk)
+            yield SSE_DONE
         finally:
             # A disconnect cancels this task; under anyio every later await is cancelled too,
             # so abort synchronously first, then close the generator best-effort.
@@ -166,8 +153,8 @@ def add_info_routes(app: FastAPI, node: Node) -> None:
     @app.get("/health")
     async def health() -> Response:
         if tm.dead_reason is not None:
-            return _json({"status": "down", "reason": tm.dead_reason}, 503)
-        return _json({"status": "ok"})
+            return json_response({"status": "down", "reason": tm.dead_reason}, 503)
+        return json_response({"status": "ok"})
 
     @app.get("/health_generate")
     async def health_generate() -> Response:
@@ -179,12 +166,12 @@ def add_info_routes(app: FastAPI, node: Node) -> None:
                 async for _ in tm.generate_request(obj):
                     pass
         except (TimeoutError, RequestError) as e:
-            return _json({"status": "unhealthy", "reason": str(e) or "timeout"}, 503)
-        return _json({"status": "ok"})
+            return json_response({"status": "unhealthy", "reason": str(e) or "timeout"}, 503)
+        return json_response({"status": "ok"})
 
     @app.get("/get_model_info")
     async def model_info() -> Response:
-        return _json(
+        return json_response(
             {
                 "model_path": node.server_args.model_path,
                 "tokenizer_path": node.server_args.resolved_tokenizer_path(),
@@ -203,7 +190,7 @@ def add_info_routes(app: FastAPI, node: Node) -> None:
     @app.get("/get_server_info")
     async def server_info() -> Response:
         state = await tm.control.internal_state()
-        return _json(
+        return json_response(
             {
                 **node.server_args.to_dict(),
                 "scheduler_info": info,
@@ -222,45 +209,45 @@ def add_info_routes(app: FastAPI, node: Node) -> None:
 def add_control_routes(app: FastAPI, tm: TokenizerManager) -> None:
     def reply(r: Any) -> Response:
         body = {"success": r.success, "message": r.message, **r.data}
-        return _json(body, 200 if r.success else 400)
+        return json_response(body, 200 if r.success else 400)
 
     @app.post("/abort_request")
     async def abort_request(request: Request) -> Response:
-        body = await _parse(request, AbortBody)
+        body = await request_body(request, AbortBody)
         if not body.abort_all and not body.rid:
             raise RequestError("give `rid` or `abort_all: true`", field="rid")
         found = tm.abort_request(body.rid, body.abort_all)
-        return _json({"success": True, "found": found})
+        return json_response({"success": True, "found": found})
 
     @app.post("/pause_generation")
     async def pause_generation(request: Request) -> Response:
-        body = await _parse(request, PauseBody)
+        body = await request_body(request, PauseBody)
         return reply(await tm.control.pause_generation(body.mode))
 
     @app.post("/continue_generation")
     async def continue_generation(request: Request) -> Response:
-        await _parse(request, EmptyBody)
+        await request_body(request, EmptyBody)
         return reply(await tm.control.continue_generation())
 
     @app.post("/flush_cache")
     async def flush_cache(request: Request) -> Response:
-        await _parse(request, EmptyBody)
+        await request_body(request, EmptyBody)
         return reply(await tm.control.flush_cache())
 
     @app.post("/open_session")
     async def open_session(request: Request) -> Response:
-        body = await _parse(request, dict)
-        return _json(await tm.control.open_session(body))
+        body = await request_body(request, dict)
+        return json_response(await tm.control.open_session(body))
 
     @app.post("/close_session")
     async def close_session(request: Request) -> Response:
-        body = await _parse(request, CloseSessionBody)
+        body = await request_body(request, CloseSessionBody)
         await tm.control.close_session(body.session_id)
-        return _json({"success": True})
+        return json_response({"success": True})
 
     @app.post("/update_weights_from_disk")
     async def update_weights(request: Request) -> Response:
-        body = await _parse(request, UpdateWeightsBody)
+        body = await request_body(request, UpdateWeightsBody)
         if not os.path.isdir(body.model_path):
             raise RequestError(f"no checkpoint folder at {body.model_path!r}", field="model_path")
         return reply(await tm.control.update_weights_from_disk(body.model_path))

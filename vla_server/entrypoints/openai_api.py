@@ -17,7 +17,6 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import msgspec
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
@@ -25,9 +24,10 @@ from vla_server.entrypoints.chat_prompt import chat_prompt_ids
 from vla_server.entrypoints.engine import Node
 from vla_server.entrypoints.frontend_common import (
     SSE_DONE,
-    decode_body,
     finish_error,
+    json_response,
     prepend,
+    request_body,
     served_model_id,
     sse,
 )
@@ -44,10 +44,6 @@ from vla_server.managers.tokenizer_manager import ClientDisconnected, TokenizerM
 
 _IMAGE_FIELD = re.compile(r"^image_data\[(\d+)\]")
 _SAMPLING_PARAM = {"max_new_tokens": "max_tokens"}
-
-
-def _json(data: Any, status_code: int = 200) -> Response:
-    return Response(msgspec.json.encode(data), status_code, media_type="application/json")
 
 
 def _param(field: str | None, image_fields: list[str]) -> str | None:
@@ -67,7 +63,7 @@ def _param(field: str | None, image_fields: list[str]) -> str | None:
 
 def _error(e: RequestError, image_fields: list[str], code: str | None = None) -> Response:
     e.field = _param(e.field, image_fields)
-    return _json(openai_error_body(e, code), e.status_code)
+    return json_response(openai_error_body(e, code), e.status_code)
 
 
 class _Completion:
@@ -134,13 +130,13 @@ def add_openai_routes(app: FastAPI, node: Node) -> None:
             "root": node.server_args.model_path,
             "max_model_len": tm.limits.context_len,
         }
-        return _json({"object": "list", "data": [card]})
+        return json_response({"object": "list", "data": [card]})
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         image_fields: list[str] = []
         try:
-            body = decode_body(await request.body(), ChatRequest)
+            body = await request_body(request, ChatRequest)
             body.check()
             if body.model is not None and body.model not in names:
                 err = RequestError(f"the model {body.model!r} does not exist", "model", 404)
@@ -178,7 +174,7 @@ async def _respond(tm: TokenizerManager, obj: Any, request: Request, c: _Complet
         err = finish_error(out)
         if err is not None:
             raise err
-        return _json(c.full(out))
+        return json_response(c.full(out))
     first = await gen.__anext__()
     assert isinstance(first, dict)
     err = finish_error(first)
