@@ -48,7 +48,7 @@ class RosArguments:
 def parse_ros_args(args: list[str] | None) -> RosArguments:
     """The ROS arguments in `args`: everything after each `--ros-args` up to a lone `--`."""
     parsed = RosArguments()
-    tokens = iter(_ros_sections(args or []))
+    tokens = iter(_split_ros_args(args or [])[0])
     for token in tokens:
         if token in ("-r", "--remap"):
             parsed.remaps.append(_parse_remap(next(tokens, "")))
@@ -63,6 +63,12 @@ def parse_ros_args(args: list[str] | None) -> RosArguments:
 
 def remove_ros_args(args: list[str]) -> list[str]:
     """`args` without the `--ros-args ... [--]` sections (rclpy.utilities.remove_ros_args)."""
+    return _split_ros_args(args)[1]
+
+
+def _split_ros_args(args: list[str]) -> tuple[list[str], list[str]]:
+    """(the tokens inside `--ros-args ... [--]` sections, all the others)."""
+    ros: list[str] = []
     kept: list[str] = []
     in_ros = False
     for token in args:
@@ -70,22 +76,9 @@ def remove_ros_args(args: list[str]) -> list[str]:
             in_ros = True
         elif in_ros and token == "--":
             in_ros = False
-        elif not in_ros:
-            kept.append(token)
-    return kept
-
-
-def _ros_sections(args: list[str]) -> list[str]:
-    tokens: list[str] = []
-    in_ros = False
-    for token in args:
-        if token == "--ros-args":
-            in_ros = True
-        elif in_ros and token == "--":
-            in_ros = False
-        elif in_ros:
-            tokens.append(token)
-    return tokens
+        else:
+            (ros if in_ros else kept).append(token)
+    return ros, kept
 
 
 def _split_rule(rule: str) -> tuple[str | None, str, str]:
