@@ -9,6 +9,7 @@ at the tail with defaults.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import msgspec
@@ -236,4 +237,15 @@ rpc_reply_decoder = decoder_for(RpcReply)
 detokenizer_input_decoder = decoder_for(BatchTokenIDOutput)
 tokenizer_input_decoder = decoder_for(BatchStrOutput)
 
-WireError = (msgspec.DecodeError, msgspec.ValidationError)
+_WireError = (msgspec.DecodeError, msgspec.ValidationError)
+_log = logging.getLogger(__name__)
+
+
+def decode_or_drop(decoder: msgspec.msgpack.Decoder, raw: bytes, channel: str) -> Any | None:
+    """The message in `raw`, or None, logged, when it is malformed: a bad frame never stops a
+    receive loop."""
+    try:
+        return decoder.decode(raw)
+    except _WireError as e:
+        _log.warning("dropped a malformed message on the %s socket: %s", channel, e)
+        return None

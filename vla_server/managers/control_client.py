@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import logging
 from typing import TYPE_CHECKING, Any
 
 import zmq.asyncio
@@ -20,7 +19,7 @@ from vla_server.io_struct import (
     PauseGenerationReq,
     RpcReply,
     UpdateWeightsFromDiskReq,
-    WireError,
+    decode_or_drop,
     encode,
     rpc_reply_decoder,
 )
@@ -28,8 +27,6 @@ from vla_server.managers.session_registry import parse_open_session
 
 if TYPE_CHECKING:
     from vla_server.managers.tokenizer_manager import TokenizerManager
-
-logger = logging.getLogger(__name__)
 
 PAUSE_MODES = ("abort", "retract", "in_place")
 
@@ -43,11 +40,8 @@ class ControlClient:
 
     async def reply_loop(self) -> None:
         while True:
-            raw = await self.sock.recv()
-            try:
-                reply = rpc_reply_decoder.decode(raw)
-            except WireError as e:
-                logger.warning("dropped a malformed rpc reply: %s", e)
+            reply = decode_or_drop(rpc_reply_decoder, await self.sock.recv(), "rpc")
+            if reply is None:
                 continue
             fut = self._waiters.pop(reply.call_id, None)
             if fut is not None and not fut.done():

@@ -11,7 +11,7 @@ import zmq
 from vla_server.io_struct import (
     BatchStrOutput,
     BatchTokenIDOutput,
-    WireError,
+    decode_or_drop,
     detokenizer_input_decoder,
     encode,
 )
@@ -104,13 +104,9 @@ class DetokenizerManager:
                 if parent_is_gone(parent_pid):
                     return
                 continue
-            raw = self.recv_sock.recv()
-            try:
-                msg = detokenizer_input_decoder.decode(raw)
-            except WireError as e:
-                logger.warning("dropped a malformed message on the detokenizer socket: %s", e)
-                continue
-            self.send_sock.send(encode(self.handle(msg)))
+            msg = decode_or_drop(detokenizer_input_decoder, self.recv_sock.recv(), "detokenizer")
+            if msg is not None:
+                self.send_sock.send(encode(self.handle(msg)))
 
 
 def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs, parent_pid: int) -> None:

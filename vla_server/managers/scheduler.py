@@ -25,7 +25,7 @@ from vla_server.io_struct import (
     BatchTokenizedGenerateReqInput,
     SchedulerStats,
     TokenizedGenerateReqInput,
-    WireError,
+    decode_or_drop,
     encode,
     rpc_request_decoder,
     scheduler_input_decoder,
@@ -212,10 +212,8 @@ class Scheduler:
                     raw = sock.recv(zmq.NOBLOCK)
                 except zmq.Again:
                     break
-                try:
-                    msg = decoder.decode(raw)
-                except WireError as e:
-                    logger.warning("dropped a malformed message on the scheduler socket: %s", e)
+                msg = decode_or_drop(decoder, raw, "scheduler")
+                if msg is None:
                     continue
                 if sock is self.rpc_sock:
                     self.rpc_sock.send(encode(self.control.handle(msg)))

@@ -25,7 +25,7 @@ from vla_server.io_struct import (
     BatchTokenizedGenerateReqInput,
     Tensor,
     TokenizedGenerateReqInput,
-    WireError,
+    decode_or_drop,
     encode,
     tokenizer_input_decoder,
 )
@@ -98,12 +98,9 @@ class TokenizerManager:
     async def _handle_loop(self) -> None:
         while True:
             raw = await self.recv_sock.recv()
-            try:
-                msg = tokenizer_input_decoder.decode(raw)
-            except WireError as e:
-                logger.warning("dropped a malformed message on the tokenizer socket: %s", e)
-                continue
-            self._handle_batch_output(msg)
+            msg = decode_or_drop(tokenizer_input_decoder, raw, "tokenizer")
+            if msg is not None:
+                self._handle_batch_output(msg)
 
     def close(self) -> None:
         for t in self._loop_tasks:
