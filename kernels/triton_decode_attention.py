@@ -11,10 +11,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from vla_kernels.triton_online_softmax import online_softmax_block
-
-# Finite start for running maxima (see online_softmax_block).
-NEG_LARGE = tl.constexpr(-1.0e30)
+from vla_kernels.triton_attention_blocks import NEG_LARGE, load_kv_rows, online_softmax_block
 
 
 @triton.jit
@@ -61,10 +58,9 @@ def decode_split_kernel(
         if HAS_NEW_SLOTS:
             slot = tl.where(pos == seq_len - 1, new_slot, slot)
         kv_mask = n_mask[:, None] & d_mask[None, :]
-        k_ptrs = K_buf + slot[:, None] * stride_kt + kvh * stride_kh + d[None, :]
-        k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
-        v_ptrs = V_buf + slot[:, None] * stride_vt + kvh * stride_vh + d[None, :]
-        v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
+        k, v = load_kv_rows(
+            K_buf, V_buf, slot, kvh, d, kv_mask, stride_kt, stride_kh, stride_vt, stride_vh
+        )
         m_i, l_i, acc = online_softmax_block(
             q, k, v, n_mask[None, :], m_i, l_i, acc, scale, UPCAST, DOT_PRECISION
         )

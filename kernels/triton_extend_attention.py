@@ -12,9 +12,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from vla_kernels.triton_online_softmax import online_softmax_block
-
-NEG_LARGE = tl.constexpr(-1.0e30)
+from vla_kernels.triton_attention_blocks import NEG_LARGE, load_kv_rows, online_softmax_block
 
 
 @triton.jit
@@ -56,10 +54,9 @@ def extend_kernel(
         n_mask = pos < prefix_len
         slot = tl.load(Req_to_token + row * stride_req + pos, mask=n_mask, other=0).to(tl.int64)
         kv_mask = n_mask[:, None] & d_mask[None, :]
-        k_ptrs = K_buf + slot[:, None] * stride_kt + kvh * stride_kh + d[None, :]
-        k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
-        v_ptrs = V_buf + slot[:, None] * stride_vt + kvh * stride_vh + d[None, :]
-        v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
+        k, v = load_kv_rows(
+            K_buf, V_buf, slot, kvh, d, kv_mask, stride_kt, stride_kh, stride_vt, stride_vh
+        )
         m_i, l_i, acc = online_softmax_block(
             q, k, v, n_mask[None, :], m_i, l_i, acc, scale, UPCAST, DOT_PRECISION
         )
@@ -69,12 +66,11 @@ def extend_kernel(
     for n0 in range(0, new_end, BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)
         n_mask = n < new_end
-        tok = first_tok + n[:, None]
         kv_mask = n_mask[:, None] & d_mask[None, :]
-        k_ptrs = K_new + tok * stride_knt + kvh * stride_knh + d[None, :]
-        k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
-        v_ptrs = V_new + tok * stride_vnt + kvh * stride_vnh + d[None, :]
-        v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
+        k, v = load_kv_rows(
+            K_new, V_new, first_tok + n, kvh, d, kv_mask,
+            stride_knt, stride_knh, stride_vnt, stride_vnh,
+        )  # fmt: skip
         causal = (n[None, :] <= m[:, None]) & n_mask[None, :]
         m_i, l_i, acc = online_softmax_block(
             q, k, v, causal, m_i, l_i, acc, scale, UPCAST, DOT_PRECISION

@@ -1,9 +1,21 @@
-"""The online-softmax step shared by the Triton attention kernels (one K/V block at a time)."""
+"""Per-block pieces the Triton attention kernels share: gathering a block of K/V rows, and the
+online-softmax step that folds it in."""
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+# Finite start for running maxima (see online_softmax_block).
+NEG_LARGE = tl.constexpr(-1.0e30)
+
+
+@triton.jit
+def load_kv_rows(K, V, rows, kvh, d, mask, stride_kt, stride_kh, stride_vt, stride_vh):
+    """K and V of the token rows `rows` ([N]) of kv head `kvh` at dims `d`; `mask` is [N, D]."""
+    k = tl.load(K + rows[:, None] * stride_kt + kvh * stride_kh + d[None, :], mask=mask, other=0.0)
+    v = tl.load(V + rows[:, None] * stride_vt + kvh * stride_vh + d[None, :], mask=mask, other=0.0)
+    return k, v
 
 
 @triton.jit
