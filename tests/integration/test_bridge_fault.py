@@ -14,8 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from ros_bridge.bags import read_frames
 from ros_bridge.bridge_node import VlaBridgeNode
 from ros_bridge.compat import diagnostic_msgs, rclpy, trajectory_msgs
@@ -84,17 +82,7 @@ def camera_loop(publisher: Any, stop: threading.Event) -> None:
         publisher.publish(msg)
 
 
-@pytest.fixture
-def shim(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("VLA_SHIM_TRANSPORT", "inproc")
-    rclpy.init(args=[])
-    try:
-        yield
-    finally:
-        rclpy.try_shutdown()
-
-
-def test_server_killed_mid_stream_and_restarted(shim: None, tmp_path: Path) -> None:
+def test_server_killed_mid_stream_and_restarted(inproc_rclpy: None, tmp_path: Path) -> None:
     port = free_port()
     server = start_server(port=port, log_path=tmp_path / "server.log")
     stop = threading.Event()

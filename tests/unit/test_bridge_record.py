@@ -14,18 +14,8 @@ from ros_bridge.compat import builtin_interfaces, rclpy, sensor_msgs
 from ros_bridge.record import record_topics
 
 
-@pytest.fixture
-def shim(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("VLA_SHIM_TRANSPORT", "inproc")
-    rclpy.init(args=[])
-    try:
-        yield
-    finally:
-        rclpy.try_shutdown()
-
-
 @pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
-def test_published_frames_are_recorded(shim: None, tmp_path: Path, storage: str) -> None:
+def test_published_frames_are_recorded(inproc_rclpy: None, tmp_path: Path, storage: str) -> None:
     rng = np.random.default_rng(0)
     images = [rng.integers(0, 256, size=(4, 6, 3), dtype=np.uint8) for _ in range(5)]
     bag = tmp_path / "bag"
