@@ -31,3 +31,13 @@ def inproc_rclpy(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         yield
     finally:
         rclpy.try_shutdown()
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """Torch on one thread for a module: tiny matmuls run fastest so, above all on a shared,
+    loaded box."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

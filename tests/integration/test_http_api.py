@@ -26,6 +26,14 @@ def sse_chunks(resp) -> list[dict]:
     return chunks
 
 
+def wait_pending(client) -> None:
+    """Until the front end holds a request in flight."""
+    deadline = time.monotonic() + 30
+    while client.get("/get_server_info").json()["num_pending_requests"] == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
 def test_stream_concat_equals_non_stream(server):
     params = {
         "temperature": 0.9,
@@ -176,10 +184,7 @@ def test_duplicate_rid_in_flight_is_rejected(server):
     t = threading.Thread(target=long_stream)
     t.start()
     with server.client() as c:
-        deadline = time.monotonic() + 30
-        while c.get("/get_server_info").json()["num_pending_requests"] == 0:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_pending(c)
         dup = c.post("/generate", json={"text": "pick", "rid": "dup-1"})
         assert dup.status_code == 400 and dup.json()["error"]["field"] == "rid"
         assert "already in flight" in dup.json()["error"]["message"]
@@ -247,10 +252,7 @@ def test_abort_request_ends_a_running_stream(server):
     t = threading.Thread(target=stream)
     t.start()
     with server.client() as c:
-        deadline = time.monotonic() + 30
-        while c.get("/get_server_info").json()["num_pending_requests"] == 0:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_pending(c)
         assert c.post("/abort_request", json={"rid": "to-abort"}).json()["found"] is True
         t.join(30)
         assert result["chunks"][-1]["meta_info"]["finish_reason"]["type"] == "abort"
