@@ -1,0 +1,90 @@
+"""Shared pieces of the scheduler acceptance tests: request bodies, polling the node's internal
+state, and reading Prometheus counters with prometheus_client's own text parser."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+POLL_TIMEOUT_S = 120.0  # generous: a loaded 2-core box may be slow, the tests never time steps
+
+
+def greedy(n: int) -> dict[str, Any]:
+    return {"max_new_tokens": n, "temperature": 0, "ignore_eos": True}
+
+
+def body(ids: list[int], n: int, **extra: Any) -> dict[str, Any]:
+    return {"input_ids": ids, "sampling_params": greedy(n), **extra}
+
+
+async def internal(c: httpx.AsyncClient) -> dict[str, Any]:
+    r = await c.get("/get_server_info")
+    r.raise_for_status()
+    return r.json()["internal_states"][0]
+
+
+async def wait_until(
+    c: httpx.AsyncClient, pred: Callable[[dict[str, Any]], bool], what: str
+) -> dict[str, Any]:
+    """Poll the scheduler's internal state until `pred` holds; return that state."""
+    end = time.monotonic() + POLL_TIMEOUT_S
+    while True:
+        state = await internal(c)
+        if pred(state):
+            return state
+        assert time.monotonic() < end, f"timed out waiting for {what}: {state}"
+        await asyncio.sleep(0.005)
+
+
+async def wait_idle(c: httpx.AsyncClient) -> dict[str, Any]:
+    return await wait_until(
+        c, lambda s: s["num_running_reqs"] == 0 and s["num_waiting_reqs"] == 0, "an idle node"
+    )
+
+
+async def metric(c: httpx.AsyncClient, name: str, **labels: str) -> float:
+    """Sum of the samples named `name` whose labels include `labels` (0 when none)."""
+    text = (await c.get("/metrics")).text
+    return sum(
+        s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )
+
+
+async def json_of(task: Awaitable[httpx.Response]) -> dict[str, Any]:
+    r = await task
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def meta(out: dict[str, Any]) -> dict[str, Any]:
+    return out["meta_info"]
+
+
+def finish_type(out: dict[str, Any]) -> str:
+    return meta(out)["finish_reason"]["type"]
+
+
+async def pause(c: httpx.AsyncClient, mode: str) -> None:
+    r = await c.post("/pause_generation", json={"mode": mode})
+    assert r.status_code == 200 and r.json()["success"], r.text
+
+
+async def resume(c: httpx.AsyncClient) -> None:
+    r = await c.post("/continue_generation")
+    assert r.status_code == 200 and r.json()["success"], r.text
+
+
+async def wait_pending(c: httpx.AsyncClient, n: int) -> None:
+    """Until the main process holds `n` requests (dispatched or held back by a pause)."""
+    end = time.monotonic() + POLL_TIMEOUT_S
+    while (await c.get("/get_server_info")).json()["num_pending_requests"] != n:
+        assert time.monotonic() < end, f"timed out waiting for {n} pending requests"
+        await asyncio.sleep(0.005)
