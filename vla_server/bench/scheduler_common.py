@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import random
+import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -105,6 +106,20 @@ def latency_cols(prefix: str, values: Sequence[float]) -> dict[str, float]:
     return out
 
 
+def source_state() -> dict[str, Any]:
+    """The commit the numbers belong to, and the package files modified on top of it."""
+
+    def git(*cmd: str) -> str:
+        root = Path(__file__).resolve().parents[2]
+        done = subprocess.run(["git", *cmd], cwd=root, capture_output=True, text=True)
+        return done.stdout.strip()
+
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        "modified": git("status", "--porcelain", "--", "vla_server").splitlines(),
+    }
+
+
 def save_report(
     bench: BenchSetup,
     stem: str,
@@ -118,6 +133,7 @@ def save_report(
     print(f"\n{title}\nmodel {bench.name}, torch threads {bench.threads}; latencies in ms")
     print(table(rows, columns))
     base = bench.out / f"{stem}-{bench.name}"
-    write_json(base.with_suffix(".json"), {"model": str(bench.path), "rows": rows, **result})
+    record = {"model": str(bench.path), "rows": rows, "source": source_state(), **result}
+    write_json(base.with_suffix(".json"), record)
     plot_distributions(base.with_suffix(".png"), f"{title}: {bench.name}", series)
     print(f"wrote {base}.json and .png", flush=True)

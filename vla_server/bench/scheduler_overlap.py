@@ -3,7 +3,7 @@
 Two servers of the same model run side by side, one with the overlap loop and one with
 `--disable-overlap-schedule`; their rounds alternate so load drift on the machine hits both.
 The raw step (batch 1 and N, through the scheduler's own BatchRunner) is measured in this
-process before and after, at the servers' torch thread count.
+process at the servers' torch thread count, in turns with the served rounds.
 """
 
 from __future__ import annotations
@@ -31,16 +31,14 @@ MODES = {"overlap on": (), "overlap off": ("--disable-overlap-schedule",)}
 
 def add_args(p: argparse.ArgumentParser) -> None:
     add_common_args(p)
-    p.add_argument("--tokens", type=int, default=64, help="new tokens per stream")
-    p.add_argument("--rounds", type=int, default=3, help="rounds per mode and stream count")
+    p.add_argument("--tokens", type=int, default=32, help="new tokens per stream")
+    p.add_argument("--rounds", type=int, default=6, help="rounds per mode and stream count")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     bench = setup(args)
-    steps = args.tokens * args.rounds
-    print("measuring the raw decode step ...", flush=True)
-    raw = {c: measure_decode_steps(bench.path, c, steps) for c in args.concurrency}
+    raw: dict[int, list[float]] = {c: [] for c in args.concurrency}
     served: dict[tuple[str, int], list[StreamTiming]] = {}
     mrr = ("--max-running-requests", str(max(args.concurrency)))
     with contextlib.ExitStack() as stack:
@@ -48,14 +46,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for server in servers.values():
             for c in args.concurrency:
                 served_round(server, c, 8)  # warm-up
+        # Raw step and both servers take turns, so load drift on the machine hits all three.
         for r in range(args.rounds):
             for c in args.concurrency:
+                print(f"  round {r + 1}/{args.rounds}, {c} stream(s): raw step", flush=True)
+                raw[c] += measure_decode_steps(bench.path, c, args.tokens)
                 for mode, server in servers.items():
-                    print(f"  round {r + 1}/{args.rounds}: {mode}, {c} stream(s)", flush=True)
+                    print(f"  round {r + 1}/{args.rounds}, {c} stream(s): {mode}", flush=True)
                     served.setdefault((mode, c), []).extend(served_round(server, c, args.tokens))
-    print("measuring the raw step again (drift check) ...", flush=True)
-    for c in args.concurrency:
-        raw[c] += measure_decode_steps(bench.path, c, steps)
     return report(bench, args, raw, served)
 
 

@@ -4,7 +4,8 @@ One server with `--enable-priority-scheduling` and `--max-running-requests N`, s
 low-priority robots (each re-sending a long stream as soon as its last one ends) saturate it
 and the high-priority robot's short action-like requests must preempt one of them. The same
 robot sending at the low robots' priority (plain FIFO order) shows what priority buys. The raw
-decode step at batch 1 and N (in-process, same run) shows what batching alone costs the ITL.
+decode step at batch 1 and N (in-process, in turns with the served rounds) shows what batching
+alone costs the ITL.
 """
 
 from __future__ import annotations
@@ -90,8 +91,7 @@ async def phase(
 def run(args: argparse.Namespace) -> dict[str, Any]:
     bench = setup(args)
     n = args.low_robots
-    print("measuring the raw decode step ...", flush=True)
-    raw = {b: measure_decode_steps(bench.path, b, 100) for b in (1, n)}
+    raw: dict[int, list[float]] = {1: [], n: []}
     cases = {
         "alone": (0, HIGH),
         f"{n} low robots, priority {HIGH}": (n, HIGH),
@@ -103,6 +103,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with serve(bench, *flags) as server:
         asyncio.run(phase(server.url, args, n, HIGH, seed=99))  # warm-up
         for r in range(args.rounds):
+            print(f"  round {r + 1}/{args.rounds}: raw decode step", flush=True)
+            for b in raw:
+                raw[b] += measure_decode_steps(bench.path, b, 50)
             for case, (n_low, priority) in cases.items():
                 print(f"  round {r + 1}/{args.rounds}: {case}", flush=True)
                 h, lo = asyncio.run(phase(server.url, args, n_low, priority, seed=r))

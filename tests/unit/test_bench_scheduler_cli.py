@@ -1,0 +1,60 @@
+"""`python -m vla_server.bench scheduler ...`: the command line reaches each benchmark with its
+own defaults and the common options (no servers are started: each benchmark's run is replaced)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+from vla_server.bench import __main__ as bench_main
+from vla_server.bench.scheduler import SUBCOMMANDS
+from vla_server.bench.scheduler_common import prompt_ids
+
+
+@pytest.fixture
+def captured(monkeypatch: pytest.MonkeyPatch) -> dict[str, argparse.Namespace]:
+    calls: dict[str, argparse.Namespace] = {}
+    for name, module in SUBCOMMANDS.items():
+        mod = importlib.import_module(module)
+        monkeypatch.setattr(mod, "run", lambda ns, name=name: calls.setdefault(name, ns))
+    return calls
+
+
+def main(monkeypatch: pytest.MonkeyPatch, *argv: str) -> None:
+    monkeypatch.setattr(sys, "argv", ["python -m vla_server.bench", *argv])
+    bench_main.main()
+
+
+def test_all_runs_each_benchmark_with_its_defaults_and_the_common_options(
+    monkeypatch: pytest.MonkeyPatch, captured: dict[str, argparse.Namespace], tmp_path: Path
+) -> None:
+    main(monkeypatch, "scheduler", "all", "--model", "small", "--out", str(tmp_path))
+    assert list(captured) == ["overlap", "priority", "chunked", "session"]
+    for ns in captured.values():
+        assert ns.model == "small"
+        assert ns.out == tmp_path
+    assert captured["overlap"].concurrency == [1, 8]
+    assert captured["priority"].low_robots == 8
+    assert captured["chunked"].chunk_sizes == [64, 0]
+    assert captured["session"].turns == 5
+
+
+def test_one_subcommand_gets_its_own_options(
+    monkeypatch: pytest.MonkeyPatch, captured: dict[str, argparse.Namespace]
+) -> None:
+    main(monkeypatch, "scheduler", "chunked", "--chunk-sizes", "16", "0", "--prompt-tokens", "300")
+    assert list(captured) == ["chunked"]
+    assert captured["chunked"].chunk_sizes == [16, 0]
+    assert captured["chunked"].prompt_tokens == 300
+    assert captured["chunked"].model == "medium"
+
+
+def test_prompts_of_different_seeds_share_no_prefix_and_repeat_per_seed() -> None:
+    prompts = [prompt_ids(600, seed) for seed in range(50)]
+    assert prompt_ids(600, 3) == prompts[3]
+    firsts = [p[:2] for p in prompts]
+    assert len(set(map(tuple, firsts))) == len(firsts)
