@@ -72,7 +72,8 @@ class StepBuilder:
 
     def _allocate(self, plan: list[tuple[Req, int]]) -> ScheduledBatch | None:
         s = self.s
-        plan = [(r, n) for r, n in plan if not r.finished]  # a drain may have finished some
+        # A drain may have finished some, a preemption may have retracted some.
+        plan = [(r, n) for r, n in plan if r in s.running and not r.finished]
         if not plan:
             return None
         n_tokens = sum(n for _, n in plan)
