@@ -32,8 +32,8 @@ from tests.integration.sched_helpers import (
     internal,
     json_of,
     meta,
-    pause,
     resume,
+    saturate,
     wait_idle,
     wait_pending,
     wait_until,
@@ -44,8 +44,13 @@ LOW_NEW = 440  # long enough to keep the 4 slots busy while the test acts (conte
 LOWS = [[20 + i, 31, 47, 52 + i, 60] for i in range(4)]
 HIGH = [200, 201, 202, 7, 9]
 MAX_RUNNING = 4
-BASE_ARGS = ("--max-running-requests", str(MAX_RUNNING), "--enable-priority-scheduling",
-             "--max-total-tokens", "4096")
+BASE_ARGS = (
+    "--max-running-requests",
+    str(MAX_RUNNING),
+    "--enable-priority-scheduling",
+    "--max-total-tokens",
+    "4096",
+)
 PREEMPTION_CRASH = (
     "scheduler bug: StepBuilder._admit retracts the victims, but _allocate keeps the decode "
     "steps build() planned for them before admission (it filters only finished requests), so "
@@ -79,27 +84,22 @@ def high_first(llama_path, tmp_path_factory):
 @pytest.fixture(scope="module")
 def low_first(llama_path, tmp_path_factory):
     with run_server(
-        llama_path, tmp_path_factory.mktemp("prio-low-first"), *BASE_ARGS,
-        "--schedule-low-priority-values-first", "--max-queued-requests", "4",
+        llama_path,
+        tmp_path_factory.mktemp("prio-low-first"),
+        *BASE_ARGS,
+        "--schedule-low-priority-values-first",
+        "--max-queued-requests",
+        "4",
     ) as s:
         yield Node(s, asyncio.run(alone_outputs(s)))
 
 
-async def saturate(c: httpx.AsyncClient, priority: int, news: list[int] | None = None) -> list:
-    """Fill every running slot with a long greedy request of `priority`. Returns paused, with
-    all of them running: the caller sends what it tests, then continues."""
-    await pause(c, "in_place")
-    tasks = [
-        asyncio.create_task(c.post("/generate", json=body(ids, n, priority=priority)))
-        for ids, n in zip(LOWS, news or [LOW_NEW] * MAX_RUNNING, strict=True)
-    ]
-    await wait_pending(c, MAX_RUNNING)
-    await resume(c)
-    await wait_until(c, lambda s: s["num_waiting_reqs"] == 0, "the low requests admitted")
-    await pause(c, "in_place")
-    state = await internal(c)
-    assert state["num_running_reqs"] == MAX_RUNNING, f"a low request ended too soon: {state}"
-    return tasks
+async def saturate_low(c: httpx.AsyncClient, priority: int, news: list[int] | None = None) -> list:
+    """Every running slot busy with a long greedy request of `priority`; returns paused."""
+    news = news or [LOW_NEW] * MAX_RUNNING
+    return await saturate(
+        c, [body(ids, n, priority=priority) for ids, n in zip(LOWS, news, strict=True)]
+    )
 
 
 async def stream_events(c: httpx.AsyncClient, req: dict, events: list[str], name: str) -> dict:
@@ -122,7 +122,7 @@ async def test_gap_within_threshold_does_not_preempt_but_jumps_the_queue(high_fi
         before = (await internal(c))["num_retractions"]
         # The first low frees one slot after 300 tokens; the next slot frees 100 tokens later,
         # when the mid request (100 tokens) ends.
-        lows = await saturate(c, 0, [300] + [LOW_NEW] * 3)
+        lows = await saturate_low(c, 0, [300] + [LOW_NEW] * 3)
         queued_low = asyncio.create_task(
             stream_events(c, body([300, 301, 302], 8, priority=0), events, "queued low")
         )
@@ -142,7 +142,7 @@ async def test_gap_within_threshold_does_not_preempt_but_jumps_the_queue(high_fi
 async def check_preemption(node: Node, low: int, high: int) -> None:
     async with node.server.async_client() as c:
         before = (await internal(c))["num_retractions"]
-        lows = await saturate(c, low)
+        lows = await saturate_low(c, low)
         hi_task = asyncio.create_task(c.post("/generate", json=body(HIGH, 16, priority=high)))
         await wait_pending(c, MAX_RUNNING + 1)
         await resume(c)
@@ -174,7 +174,7 @@ async def test_max_queued_requests_rejects_by_priority(low_first):
     """Queue bound 4, smaller values first: a worse or equal newcomer gets a 503 (the queued
     request stays); a better one evicts the worst queued request, which ends with a 503."""
     async with low_first.server.async_client() as c:
-        lows = await saturate(c, 50)
+        lows = await saturate_low(c, 50)
         # gaps within the threshold: these wait instead of preempting
         queued = {
             p: asyncio.create_task(c.post("/generate", json=body([300, p], 8, priority=p)))
