@@ -51,12 +51,6 @@ BASE_ARGS = (
     "--max-total-tokens",
     "4096",
 )
-PREEMPTION_CRASH = (
-    "scheduler bug: StepBuilder._admit retracts the victims, but _allocate keeps the decode "
-    "steps build() planned for them before admission (it filters only finished requests), so "
-    "the batch holds a request whose req_pool_idx is None; build_forward_batch raises TypeError "
-    "and the scheduler process dies"
-)
 
 
 @dataclass
@@ -165,7 +159,6 @@ async def check_preemption(node: Node, low: int, high: int) -> None:
     assert after["kv_pool"]["used"] == 0
 
 
-@pytest.mark.xfail(strict=True, reason=PREEMPTION_CRASH)
 async def test_high_priority_preempts_within_one_step(high_first):
     await check_preemption(high_first, low=0, high=100)
 
@@ -201,7 +194,6 @@ async def test_max_queued_requests_rejects_by_priority(low_first):
         assert (await wait_idle(c))["kv_pool"]["used"] == 0
 
 
-@pytest.mark.xfail(strict=True, reason=PREEMPTION_CRASH)
 async def test_low_values_first_flips_the_order(low_first):
     """With smaller values first, priority 0 preempts requests of priority 50."""
     await check_preemption(low_first, low=50, high=0)

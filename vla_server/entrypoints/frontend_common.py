@@ -41,7 +41,9 @@ def finish_error(chunk: dict[str, Any]) -> RequestError | None:
     fin = chunk.get("meta_info", {}).get("finish_reason") or {}
     status = fin.get("status_code")
     if fin.get("type") == "abort" and status is not None and status != 499:
-        return RequestError(fin.get("message", "request failed"), status_code=status)
+        return RequestError(
+            fin.get("message", "request failed"), field=fin.get("field"), status_code=status
+        )
     return None
 
 

@@ -24,8 +24,13 @@ def finish_stop(matched: int | str) -> dict[str, Any]:
     return {"type": "stop", "matched": matched}
 
 
-def finish_abort(message: str = "aborted", status_code: int = 499) -> dict[str, Any]:
-    return {"type": "abort", "message": message, "status_code": status_code}
+def finish_abort(
+    message: str = "aborted", status_code: int = 499, field: str | None = None
+) -> dict[str, Any]:
+    reason = {"type": "abort", "message": message, "status_code": status_code}
+    if field is not None:
+        reason["field"] = field  # the request field a rejection is about
+    return reason
 
 
 @dataclass(eq=False)

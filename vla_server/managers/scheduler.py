@@ -231,7 +231,7 @@ class Scheduler:
             if msg.session_params is not None:
                 self.sessions.rebuild(req, msg.session_params)
         except SessionError as e:
-            self.reject(req, str(e))
+            self.reject(req, str(e), field=e.field)
             return
         if not self._fits(req) or not self._queue_admits(req):
             return
@@ -288,8 +288,10 @@ class Scheduler:
             }
         self.stream_output(old)
 
-    def reject(self, req: Req, message: str, status_code: int = 400) -> None:
-        req.finished_reason = finish_abort(message, status_code=status_code)
+    def reject(
+        self, req: Req, message: str, status_code: int = 400, field: str | None = None
+    ) -> None:
+        req.finished_reason = finish_abort(message, status_code=status_code, field=field)
         self.stream_output([req])
 
     def handle_abort(self, msg: AbortReq) -> None:
@@ -352,8 +354,12 @@ class Scheduler:
         )
 
     def stream_output(self, reqs: list[Req]) -> None:
-        if reqs:
-            self.detok_sock.send(encode(build_output(reqs, self.stats())))
+        if not reqs:
+            return
+        for r in reqs:
+            if r.finished and r.req_pool_idx is None and r.session_id is not None:
+                self.sessions.end_unrun(r)
+        self.detok_sock.send(encode(build_output(reqs, self.stats())))
 
     def send_ready_outputs(self, reqs: list[Req]) -> None:
         self.stream_output([r for r in reqs if should_send(r, self.args.stream_interval)])

@@ -18,7 +18,9 @@ from vla_server.mem_cache.radix_cache import PinHandle, RadixCache
 
 
 class SessionError(ValueError):
-    pass
+    def __init__(self, message: str, field: str = "session_params.id"):
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass
@@ -88,13 +90,18 @@ class SessionController:
         if params.rid is not None:
             parent = session.turns.get(params.rid)
             if parent is None:
-                raise SessionError(f"session {session.id!r} has no turn {params.rid!r}")
+                raise SessionError(
+                    f"session {session.id!r} has no turn {params.rid!r}", "session_params.rid"
+                )
         elif params.replace or not session.turns:
             return None
         else:
             parent = next(reversed(session.turns.values()))
         if not parent.finished:
-            raise SessionError(f"session {session.id!r} is busy: its parent turn has not finished")
+            raise SessionError(
+                f"session {session.id!r} is busy: its parent turn has not finished",
+                "session_params.rid" if params.rid is not None else "session_params.id",
+            )
         return parent
 
     def _drop_turns_after(self, session: Session, rid: str | None) -> None:
@@ -108,11 +115,25 @@ class SessionController:
         if params.offset is not None:
             if not 0 <= params.offset <= len(ids):
                 raise SessionError(
-                    f"offset {params.offset} outside the context of {len(ids)} tokens"
+                    f"offset {params.offset} outside the context of {len(ids)} tokens",
+                    "session_params.offset",
                 )
             ids = ids[: params.offset]
         items = [it for it in parent.mm_items if it.offset + it.length <= len(ids)]
         return ids, items
+
+    def end_unrun(self, req: Req) -> None:
+        """A turn that ended before it ran (deadline, supersede, abort, rejection while waiting)
+        leaves no context: forget it, so the session continues from the turn before."""
+        session = self.sessions.get(req.session_id or "")
+        turn = session.turns.get(req.rid) if session is not None else None
+        if turn is None or turn.finished:
+            return
+        if req.output_ids:  # it ran before being retracted: keep what it produced
+            turn.output_ids = list(req.output_ids)
+            turn.finished = True
+        else:
+            del session.turns[req.rid]  # type: ignore[union-attr]
 
     def on_finish(self, req: Req, key: list[int]) -> None:
         """Record the turn's output and pin its cached path (call after its KV went to the tree)."""
