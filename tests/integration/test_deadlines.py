@@ -32,6 +32,12 @@ MAX_RUNNING = 4
 NEW = 200
 OVERLOAD = 24  # six waves of four
 
+SUPERSEDE_AFTER_QUEUE_CHECK = (
+    "bug: Scheduler.handle_generate applies --max-queued-requests before supersede, so with a "
+    "full queue the newest frame of a session is rejected with 503 and the stale frame it "
+    "should replace stays queued"
+)
+
 
 @pytest.fixture(scope="module")
 def node(llama_path, tmp_path_factory):
@@ -152,3 +158,34 @@ async def test_newer_frames_supersede_older_waiting_ones(node):
     assert finish_type(newest) == "length" and finish_type(other_out) == "length"
     assert after - before == len(superseded) == 4
     assert idle["kv_pool"]["used"] == 0
+
+
+@pytest.fixture(scope="module")
+def bounded(llama_path, tmp_path_factory):
+    with run_server(
+        llama_path,
+        tmp_path_factory.mktemp("deadlines-bounded"),
+        "--max-running-requests",
+        "1",
+        "--max-queued-requests",
+        "1",
+    ) as s:
+        yield s
+
+
+@pytest.mark.xfail(strict=True, reason=SUPERSEDE_AFTER_QUEUE_CHECK)
+async def test_a_newer_frame_supersedes_even_when_the_queue_is_full(bounded):
+    async with bounded.async_client() as c:
+        (busy,) = await saturate(c, [body(prompt(0), 440)])
+        await resume(c)
+        old = asyncio.create_task(
+            c.post("/generate", json=body([400, 1], 8, session_id="cam", supersede=True))
+        )
+        await wait_until(c, lambda s: s["num_waiting_reqs"] == 1, "the old frame queued")
+        new = asyncio.create_task(
+            c.post("/generate", json=body([400, 2], 8, session_id="cam", supersede=True))
+        )
+        old_r, new_r = await old, await new
+        await busy
+    assert old_r.status_code == 200 and finish_type(old_r.json()) == "superseded"
+    assert new_r.status_code == 200, new_r.text
