@@ -1,8 +1,8 @@
 """Priorities on a live node with `--max-running-requests 4`: a more important request preempts a
 running one by retraction within one scheduling step, the retracted request still produces the
 greedy output it produces alone, a gap within the threshold does not preempt (but still jumps
-the queue), the order flips with `--schedule-low-priority-values-first`, and
-`--max-queued-requests` rejects by priority.
+the queue), the order flips with `--schedule-low-priority-values-first`,
+`--max-queued-requests` rejects by priority, and KV pressure retracts the lowest priority first.
 
 `meta_info.queue_steps` is the number of batches the scheduler launched between ingesting the
 request and launching the batch that carries its first prefill chunk (step_builder._make_batch:
@@ -197,3 +197,41 @@ async def test_max_queued_requests_rejects_by_priority(low_first):
 async def test_low_values_first_flips_the_order(low_first):
     """With smaller values first, priority 0 preempts requests of priority 50."""
     await check_preemption(low_first, low=50, high=0)
+
+
+@pytest.fixture(scope="module")
+def tight_kv(llama_path, tmp_path_factory):
+    with run_server(
+        llama_path,
+        tmp_path_factory.mktemp("prio-kv"),
+        "--enable-priority-scheduling",
+        "--max-total-tokens",
+        "300",
+        "--decode-reserve-ratio",
+        "0.05",
+        "--chunked-prefill-size",
+        "32",
+    ) as s:
+        yield s
+
+
+async def test_kv_pressure_retracts_the_lowest_priority_first(tight_kv):
+    """Eight requests of 70 tokens admitted on a reserve of 5 % outgrow a pool of 300: the
+    retractions hit priority 0 (priorities 0 and 5 are within the preemption threshold, so only
+    KV pressure retracts), and every request still ends with its greedy output alone."""
+    prompts = [[100 + i, 7, 8, 9, 10, 11, 12, 13, 14, 15] for i in range(8)]
+    priorities = [0, 5] * 4
+    async with tight_kv.async_client() as c:
+        alone = [
+            (await json_of(c.post("/generate", json=body(p, 60))))["output_ids"] for p in prompts
+        ]
+        tasks = await saturate(
+            c, [body(p, 60, priority=q) for p, q in zip(prompts, priorities, strict=True)]
+        )
+        await resume(c)
+        outs = [await json_of(t) for t in tasks]
+        assert (await wait_idle(c))["kv_pool"]["used"] == 0
+    retracted = [q for o, q in zip(outs, priorities, strict=True) if meta(o)["num_retractions"]]
+    assert retracted, "the pool was meant to run short"
+    assert set(retracted) == {0}
+    assert [o["output_ids"] for o in outs] == alone

@@ -188,6 +188,7 @@ async def test_session_errors_are_400s(node):
         await resume(c)
         r = await busy
         assert r.status_code == 400 and "busy" in r.json()["error"]["message"], r.text
+        assert r.json()["error"]["field"] == "session_params.id"
         assert finish_type(await json_of(first)) == "length"
         bad_rid = await c.post(
             "/generate", json=body([7], 4, session_params={"id": sid, "rid": "x"})
@@ -233,14 +234,20 @@ async def test_session_defaults_apply_to_unset_fields(node):
         await close_session(c, sid)
 
 
-async def test_a_turn_that_never_ran_does_not_block_the_session(node):
+async def test_a_turn_that_never_ran_does_not_block_the_session(node, hf_greedy):
+    """A turn ended by its deadline before it ran leaves no context: the next turn continues
+    from the turn before it."""
     async with node.async_client() as c:
         sid = await open_session(c)
-        late = body(tokens(0, 4), 8, rid="stuck-1", deadline_ms=1e-3, session_params={"id": sid})
+        first = await turn(c, tokens(0, 4), "unrun-1", n=4, id=sid)
+        ctx = tokens(0, 4) + first["output_ids"]
+        late = body(tokens(50, 4), 8, rid="unrun-2", deadline_ms=1e-3, session_params={"id": sid})
         assert finish_type(await json_of(c.post("/generate", json=late))) == "deadline"
         nxt = await c.post("/generate", json=body([7], 4, session_params={"id": sid}))
         await close_session(c, sid)
     assert nxt.status_code == 200, nxt.text
+    assert meta(nxt.json())["prompt_tokens"] == len(ctx) + 1
+    assert nxt.json()["output_ids"] == hf_greedy(ctx + [7], 4)
 
 
 async def test_idle_timeout_reaps_the_session_and_its_pins(node):
@@ -255,6 +262,7 @@ async def test_idle_timeout_reaps_the_session_and_its_pins(node):
         assert state["kv_pool"]["pinned"] == 0 and state["kv_pool"]["used"] == 0
         r = await c.post("/generate", json=body([7], 4, session_params={"id": sid}))
         assert r.status_code == 400 and "closed" in r.json()["error"]["message"]
+        assert r.json()["error"]["field"] == "session_params.id"
 
 
 @pytest.mark.xfail(strict=True, reason=REAP_WHEN_IDLE)
