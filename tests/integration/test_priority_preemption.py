@@ -32,6 +32,7 @@ from tests.integration.sched_helpers import (
     internal,
     json_of,
     meta,
+    metric,
     resume,
     saturate,
     wait_idle,
@@ -148,6 +149,8 @@ async def check_preemption(node: Node, low: int, high: int) -> None:
             # short traceback: pytest 9 on CPython 3.11.7 may crash rendering httpx's frames
             raise AssertionError(f"the node failed while preempting: {e!r}") from None
         after = await wait_idle(c)
+        gauge = await metric(c, "vla_num_retractions")
+    assert gauge == after["num_retractions"]
     assert meta(hi)["queue_steps"] <= 1, meta(hi)
     assert finish_type(hi) == "length"
     retracted = [o for o in outs if meta(o)["num_retractions"] >= 1]

@@ -126,6 +126,9 @@ async def test_five_turns_reuse_the_whole_previous_turn(node, hf_greedy):
             assert out["output_ids"] == hf_greedy(full), f"turn {k}"
             outs.append((full, out["output_ids"]))
             history = full + out["output_ids"]
+        radix = (await internal(c))["radix_cache"]
+        assert await metric(c, "vla_cache_hit_rate") == pytest.approx(radix["hit_rate"])
+        assert radix["hit_tokens"] >= sum(len(f) for f, _ in outs[:-1])
         await close_session(c, sid)
         # The same prompts sent whole, without a session, give the same greedy outputs.
         for full, ids in outs:
