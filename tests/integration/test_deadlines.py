@@ -32,12 +32,6 @@ MAX_RUNNING = 4
 NEW = 200
 OVERLOAD = 24  # six waves of four
 
-SUPERSEDE_AFTER_QUEUE_CHECK = (
-    "bug: Scheduler.handle_generate applies --max-queued-requests before supersede, so with a "
-    "full queue the newest frame of a session is rejected with 503 and the stale frame it "
-    "should replace stays queued"
-)
-
 
 @pytest.fixture(scope="module")
 def node(llama_path, tmp_path_factory):
@@ -173,7 +167,6 @@ def bounded(llama_path, tmp_path_factory):
         yield s
 
 
-@pytest.mark.xfail(strict=True, reason=SUPERSEDE_AFTER_QUEUE_CHECK)
 async def test_a_newer_frame_supersedes_even_when_the_queue_is_full(bounded):
     async with bounded.async_client() as c:
         (busy,) = await saturate(c, [body(prompt(0), 440)])

@@ -34,17 +34,6 @@ POOL = 700
 HELD = 250  # --max-session-held-tokens
 NEW = 16
 
-REAP_WHEN_IDLE = (
-    "bug: sessions are reaped only when the scheduler loop is idle (SessionController.reap is "
-    "called in the idle branch of event_loop), so under continuous load an abandoned session "
-    "and its pins live forever"
-)
-PINS_BLOCK = (
-    "bug: a request that fits the KV pool but not next to the session pins is never admitted "
-    "and, by strict queue order, blocks every request behind it until the session closes; pins "
-    "never yield to admission"
-)
-
 
 @pytest.fixture(scope="module")
 def node(llama_path, tmp_path_factory):
@@ -268,7 +257,6 @@ async def test_idle_timeout_reaps_the_session_and_its_pins(node):
         assert r.json()["error"]["field"] == "session_params.id"
 
 
-@pytest.mark.xfail(strict=True, reason=REAP_WHEN_IDLE)
 async def test_idle_session_is_reaped_while_the_node_is_busy(node):
     async with node.async_client() as c:
         busy = asyncio.create_task(c.post("/generate", json=body(tokens(0, 4), 440)))
@@ -287,7 +275,6 @@ async def test_idle_session_is_reaped_while_the_node_is_busy(node):
     assert state["num_running_reqs"] == 1, "the session outlived its timeout while the node ran"
 
 
-@pytest.mark.xfail(strict=True, reason=PINS_BLOCK)
 async def test_pins_yield_to_a_request_that_cannot_fit_next_to_them(node):
     async with node.async_client() as c:
         await flush(c)

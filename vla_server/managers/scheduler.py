@@ -56,6 +56,8 @@ from vla_server.server_args import PortArgs, ServerArgs, default_torch_threads
 
 logger = logging.getLogger(__name__)
 
+SESSION_REAP_INTERVAL_S = 1.0
+
 
 def build_model_runner(args: ServerArgs) -> ModelRunner:
     device = args.device
@@ -119,6 +121,7 @@ class Scheduler:
         self.paused = False
         self.num_retractions = 0
         self.step_count = 0  # batches launched
+        self._sessions_reaped_at = time.monotonic()
         self.reserve_ratio = self.policy.reserve_ratio
         self.builder = StepBuilder(self)
         self.results = ResultProcessor(self)
@@ -189,7 +192,6 @@ class Scheduler:
                 self.results.process(*self.inflight)
             self.inflight = (batch, future) if batch is not None else None
             if batch is None and self.inflight is None and (self.paused or not self.running):
-                self.sessions.reap()
                 # Wake for a message; with waiting requests (deadlines) look again soon.
                 timeout = 50 if self.waiting else 1000
                 if not self.poller.poll(timeout) and parent_is_gone(parent_pid):
@@ -233,10 +235,12 @@ class Scheduler:
         except SessionError as e:
             self.reject(req, str(e), field=e.field)
             return
-        if not self._fits(req) or not self._queue_admits(req):
+        if not self._fits(req):
             return
         if req.supersede and req.session_id is not None:
-            self.supersede(req.session_id)
+            self.supersede(req.session_id)  # first: the stale frame must not hold a queue slot
+        if not self._queue_admits(req):
+            return
         if req.num_actions:
             if self.action_mask is None:
                 self.reject(req, "this model has no action tokenizer")
@@ -309,7 +313,11 @@ class Scheduler:
                 r.to_abort = finish_abort()
 
     def reap(self) -> None:
-        """End aborted requests and those that can no longer make their deadline."""
+        """End aborted requests and those that can no longer make their deadline; close
+        sessions idle past their timeout (at most once a second)."""
+        if time.monotonic() - self._sessions_reaped_at > SESSION_REAP_INTERVAL_S:
+            self.sessions.reap()
+            self._sessions_reaped_at = time.monotonic()
         now = time.time()
         late = [(r, self.timer.check(r, now)) for r in self.waiting if r.deadline is not None]
         late = [(r, why) for r, why in late if why is not None]

@@ -156,6 +156,22 @@ class SessionController:
             if owner is not None and owner.pin is handle:
                 owner.pin = None
 
+    def unpin_oldest_for(self, tokens: int) -> int:
+        """Release the oldest sessions' pins until `tokens` more KV became evictable (or no pin
+        is left); returns how many did."""
+        gained = 0
+        while gained < tokens:
+            pins = self.tree.pins()
+            if not pins:
+                break
+            before = self.tree.evictable_size()
+            self.tree.unpin(pins[0])
+            owner = self.sessions.get(str(pins[0].owner))
+            if owner is not None and owner.pin is pins[0]:
+                owner.pin = None
+            gained += self.tree.evictable_size() - before
+        return gained
+
     def reap(self, now: float | None = None) -> list[str]:
         now = time.monotonic() if now is None else now
         idle = [

@@ -54,6 +54,11 @@ class StepBuilder:
                 break
             prefix, node = s.kv.match(req)
             slots, tokens = adder.shortfall(req, int(prefix.numel()))
+            if tokens:
+                # Session pins are bounded by --max-session-held-tokens, but they must not keep
+                # out a request that would fit without them: the oldest sessions lose theirs.
+                adder.token_budget += s.sessions.unpin_oldest_for(tokens)
+                slots, tokens = adder.shortfall(req, int(prefix.numel()))
             if slots or tokens:
                 victims = choose_victims(s.policy, req, s.running, slots, tokens)
                 if victims is None:
