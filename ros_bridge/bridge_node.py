@@ -51,6 +51,7 @@ class VlaBridgeNode(rclpy.node.Node):
             transport=http_transport,
         )
         self._latest: dict[int, PreparedImage] = {}
+        self.trigger_frames_handled = 0  # trigger-camera frames dropped or handed to the worker
         msg_type = (
             sensor_msgs.msg.CompressedImage if values["compressed"] else sensor_msgs.msg.Image
         )
@@ -86,9 +87,17 @@ class VlaBridgeNode(rclpy.node.Node):
     # --- camera input --------------------------------------------------------------------
     def _on_image(self, index: int, msg: Any) -> None:
         arrived_s = time.monotonic()
+        if index:
+            self._take_frame(index, msg, arrived_s)
+            return
+        self.monitor.frame_received()
+        try:
+            self._take_frame(index, msg, arrived_s)
+        finally:
+            self.trigger_frames_handled += 1  # callbacks of one node never run concurrently
+
+    def _take_frame(self, index: int, msg: Any, arrived_s: float) -> None:
         topic = self._topics[index]
-        if index == 0:
-            self.monitor.frame_received()
         frame = frame_from_msg(topic, msg, time.time_ns())
         try:
             image = prepare_image(frame, self.worker.digest)

@@ -86,7 +86,9 @@ class BridgeWorker:
         self._transport = transport
         self._gate: FrameGate[FrameJob] = FrameGate()
         self._server = _Server()
-        self._seq = 0
+        self._seq = 0  # frames offered to the gate, on the loop
+        self._submitted = 0  # frames handed to submit(), on any thread
+        self._submit_lock = threading.Lock()
         self._rid_prefix = f"bridge-{uuid.uuid4().hex[:8]}"
         self._last_action: tuple[float, ...] | None = None
         self._loop = asyncio.new_event_loop()
@@ -108,6 +110,8 @@ class BridgeWorker:
         latency includes the callback's own decoding and hashing; default: now.
         """
         arrived_s = time.monotonic() if arrived_s is None else arrived_s
+        with self._submit_lock:
+            self._submitted += 1
         self._loop.call_soon_threadsafe(self._offer, job, arrived_s)
 
     def set_config(self, config: WorkerConfig) -> None:
@@ -122,12 +126,15 @@ class BridgeWorker:
         return self._gate.in_flight is not None
 
     def wait_idle(self, timeout_s: float) -> bool:
-        """True once no frame is waiting or in flight (polls; for replay and tests)."""
+        """True once every submitted frame has reached the loop and none is waiting or in
+        flight (polls; for replay and tests)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._main is not None and self._main.done():
                 return True
-            if self._gate.in_flight is None and self._gate.waiting is None:
+            with self._submit_lock:
+                all_offered = self._seq == self._submitted
+            if all_offered and self._gate.in_flight is None and self._gate.waiting is None:
                 return True
             time.sleep(0.02)
         return False

@@ -135,6 +135,8 @@ def _replay(
     spinner.start()
     try:
         published, lateness = _play(config, topics, players)
+        # The last frames may still be in the executor's callback when playing ends.
+        _wait(lambda: node.trigger_frames_handled >= len(published), 5.0)
         drained = node.worker.wait_idle(config.drain_timeout_s)
         seen = observer.diagnostics
         node.publish_diagnostics()  # the final state, after the last frame

@@ -85,6 +85,16 @@ def test_newer_frame_supersedes_the_waiting_one(make_worker) -> None:
     assert worker.monitor.counters["frames_processed"] == 2
 
 
+def test_wait_idle_covers_a_frame_the_loop_has_not_taken_yet(make_worker) -> None:
+    server = FakeServer(token_delay_s=0.0)
+    worker, sink = make_worker(server, deadline_ms=30_000.0)
+    worker._loop.call_soon_threadsafe(time.sleep, 0.3)  # the loop is busy when the frame comes
+    worker.submit(job(5))
+    assert worker.wait_idle(10)
+    assert worker.monitor.counters["frames_processed"] == 1
+    assert [stamp for stamp, _, _ in sink.actions] == [(5, 0), (5, 0)]
+
+
 def test_missed_deadline_applies_hold_and_the_late_actions_still_arrive(make_worker) -> None:
     server = FakeServer(token_delay_s=0.0)
     worker, sink = make_worker(server, deadline_ms=150.0, on_late=OnLate.HOLD)
