@@ -258,21 +258,31 @@ async def test_idle_timeout_reaps_the_session_and_its_pins(node):
 
 
 async def test_idle_session_is_reaped_while_the_node_is_busy(node):
+    """Right after the session's turn the node gets busy with four requests of 440 tokens run
+    back to back (two do not fit the pool together): the session is reaped meanwhile, not only
+    once the node is idle again."""
+
+    def busy_left(s: dict) -> int:
+        return s["num_running_reqs"] + s["num_waiting_reqs"]
+
     async with node.async_client() as c:
-        busy = asyncio.create_task(c.post("/generate", json=body(tokens(0, 4), 440)))
-        await wait_until(c, lambda s: s["num_running_reqs"] == 1, "the busy request")
+        n_before = (await internal(c))["open_sessions"]
         sid = await open_session(c, timeout=0.2)
-        await turn(c, tokens(100, 4), "busy-reap-1", n=4, id=sid)
-        n_open = (await internal(c))["open_sessions"]
+        await turn(c, tokens(200, 4), "busy-reap-1", n=4, id=sid)
+        busy = [
+            asyncio.create_task(c.post("/generate", json=body(tokens(50 * i, 4), 440)))
+            for i in range(4)
+        ]
+        await wait_until(c, lambda s: busy_left(s) == 4, "the busy requests")
         state = await wait_until(
             c,
-            lambda s: s["open_sessions"] < n_open or s["num_running_reqs"] == 0,
-            "reaping or the end of the busy request",
+            lambda s: s["open_sessions"] == n_before or busy_left(s) == 0,
+            "reaping or the end of the busy requests",
         )
-        await json_of(busy)
-        if state["open_sessions"] == n_open:
-            await close_session(c, sid)
-    assert state["num_running_reqs"] == 1, "the session outlived its timeout while the node ran"
+        for t in busy:
+            await json_of(t)
+        await wait_until(c, lambda s: s["open_sessions"] == n_before, "reaping")
+    assert busy_left(state) > 0, "the session outlived its timeout while the node ran"
 
 
 async def test_pins_yield_to_a_request_that_cannot_fit_next_to_them(node):
