@@ -4,7 +4,8 @@ mid-way, no request state and no KV is left behind."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import json
+import socket
 import time
 
 import httpx
@@ -94,24 +95,38 @@ def test_rejections_and_disconnects_leave_nothing_behind(server):
 
 
 def test_non_stream_client_disconnect_aborts_in_the_scheduler(server):
-    # ~500 tokens take seconds here; the client leaves after 0.3 s
-    body = {"text": "pick", "sampling_params": {"max_new_tokens": 500, "ignore_eos": True}}
+    """The client's connection closes while its non-streaming request runs: the request must
+    end as an abort in the scheduler, not run to its end. A raw socket lets the test close the
+    connection at a moment it has seen the request running, whatever the machine's speed."""
+    body = json.dumps(
+        {"text": "pick", "sampling_params": {"max_new_tokens": 500, "ignore_eos": True}}
+    ).encode()
+    head = (
+        f"POST /generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
     with server.client() as c:
         aborted_before = _finished(c, "abort")
-        # the client gives up after 1 s and closes the connection
-        with (
-            httpx.Client(base_url=server.url, timeout=1.0) as quick,
-            contextlib.suppress(httpx.TimeoutException),
-        ):
-            quick.post("/generate", json=body)
+        completed_before = _finished(c, "length")
+        with socket.create_connection((server.host, server.port)) as raw:
+            raw.sendall(head + body)
+            deadline = time.monotonic() + 30
+            while _running(c) == 0:
+                assert time.monotonic() < deadline, "the request never started"
+                time.sleep(0.005)
         deadline = time.monotonic() + 30
         while idle_state(c)["pending"]:
             assert time.monotonic() < deadline, "the request is still pending"
-            time.sleep(0.1)
+            time.sleep(0.05)
         assert _finished(c, "abort") == aborted_before + 1, "it ended without an abort"
+        assert _finished(c, "length") == completed_before, "it ran to its end"
         info = c.get("/get_server_info").json()
         assert info["kv_pool"]["used"] == 0
         assert info["internal_states"][0]["num_running_reqs"] == 0
+
+
+def _running(c: httpx.Client) -> int:
+    return c.get("/get_server_info").json()["internal_states"][0]["num_running_reqs"]
 
 
 def _finished(c: httpx.Client, kind: str) -> float:

@@ -186,6 +186,8 @@ def test_kv_pool_sizing_and_backend_names():
     assert runner.max_total_tokens == 64 * 2
     assert runner.req_to_token_pool.req_to_token.shape[1] == 64
     assert resolve_backend_name("auto", torch.device("cpu")) == "torch"
+    assert resolve_backend_name("auto", torch.device("cuda")) == "triton"  # picked, not run
+    assert resolve_backend_name("triton", torch.device("cpu")) == "triton"  # the interpreter
     with pytest.raises(ValueError, match="unknown attention backend 'nope'"):
         resolve_backend_name("nope", torch.device("cpu"))
 
