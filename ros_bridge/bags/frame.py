@@ -103,7 +103,12 @@ def frame_to_msg(frame: CameraFrame, typestore: Typestore | None = None) -> Any:
 
 
 def raw_frame(
-    topic: str, stamp_ns: int, pixels: np.ndarray, encoding: str, *, recv_ns: int | None = None,
+    topic: str,
+    stamp_ns: int,
+    pixels: np.ndarray,
+    encoding: str,
+    *,
+    recv_ns: int | None = None,
     frame_id: str = "",
 ) -> CameraFrame:
     """A raw-Image frame from an (H, W) or (H, W, C) uint8 array (rows packed, no padding)."""
@@ -126,7 +131,12 @@ def raw_frame(
 
 
 def compressed_frame(
-    topic: str, stamp_ns: int, data: bytes, fmt: str, *, recv_ns: int | None = None,
+    topic: str,
+    stamp_ns: int,
+    data: bytes,
+    fmt: str,
+    *,
+    recv_ns: int | None = None,
     frame_id: str = "",
 ) -> CameraFrame:
     """A CompressedImage frame; `fmt` as compressed_image_transport writes it.

@@ -110,8 +110,10 @@ def generate(config: RecordingConfig) -> RecordingSummary:
                 stamp_ns = config.start_ns + round(index * 1e9 / config.rate_hz)
                 if not script.is_held(index):
                     images = scene.render(motion_time_s)
-                    frames = [to_frame(config, k, images[c], stamp_ns)
-                              for k, c in enumerate(config.cameras)]
+                    frames = [
+                        to_frame(config, k, images[c], stamp_ns)
+                        for k, c in enumerate(config.cameras)
+                    ]
                     rendered += 1
                 else:
                     frames = [_restamp(f, stamp_ns) for f in frames]
@@ -130,8 +132,9 @@ def _restamp(frame: CameraFrame, stamp_ns: int) -> CameraFrame:
 def _log_progress(done: int, total: int, rendered: int, started: float) -> None:
     if done % max(1, total // 10) == 0 or done == total:
         elapsed = time.perf_counter() - started
-        logger.info("frame %d/%d (%d rendered), %.2f frames/s", done, total, rendered,
-                    done / elapsed)
+        logger.info(
+            "frame %d/%d (%d rendered), %.2f frames/s", done, total, rendered, done / elapsed
+        )
 
 
 def _summarize(
@@ -165,9 +168,17 @@ def parse_args(argv: list[str] | None = None) -> RecordingConfig:
     args = parser.parse_args(argv)
     width, height = (int(v) for v in args.size.lower().split("x"))
     return RecordingConfig(
-        out=args.out, frames=args.frames, rate_hz=args.rate, width=width, height=height,
-        storage=args.storage, image_format=args.format, jpeg_quality=args.jpeg_quality,
-        source=args.source, cameras=tuple(args.cameras.split(",")), seed=args.seed,
+        out=args.out,
+        frames=args.frames,
+        rate_hz=args.rate,
+        width=width,
+        height=height,
+        storage=args.storage,
+        image_format=args.format,
+        jpeg_quality=args.jpeg_quality,
+        source=args.source,
+        cameras=tuple(args.cameras.split(",")),
+        seed=args.seed,
         start_ns=args.start_ns,
     )
 
@@ -177,9 +188,16 @@ def main(argv: list[str] | None = None) -> None:
     config = parse_args(argv)
     summary = generate(config)
     held = ", ".join(f"{h.start}-{h.stop - 1}" for h in summary.holds) or "none"
-    logger.info("wrote %s: %s, %d frames/topic (%d unique; held frames %s), %d bytes, %.1f s",
-                config.out, ", ".join(summary.topics), summary.frames_per_topic,
-                summary.unique_frames_per_topic, held, summary.bag_bytes, summary.seconds)
+    logger.info(
+        "wrote %s: %s, %d frames/topic (%d unique; held frames %s), %d bytes, %.1f s",
+        config.out,
+        ", ".join(summary.topics),
+        summary.frames_per_topic,
+        summary.unique_frames_per_topic,
+        held,
+        summary.bag_bytes,
+        summary.seconds,
+    )
     for name, digest in summary.files.items():
         logger.info("sha256 %s  %s", digest, name)
 

@@ -45,8 +45,9 @@ class ProceduralScene:
     def _to_pixels(self, view: int, points: np.ndarray) -> np.ndarray:
         # The scene's unit square sits centred; extra cameras look from the side and closer.
         zoom = (1.0 + 0.15 * view) * self._height
-        origin = np.array([(self._width - zoom) / 2 - 0.08 * view * self._width,
-                           -0.6 * (zoom - self._height)])
+        origin = np.array(
+            [(self._width - zoom) / 2 - 0.08 * view * self._width, -0.6 * (zoom - self._height)]
+        )
         return points * zoom + origin
 
     def _backdrop(self, view: int, rng: np.random.Generator) -> np.ndarray:
@@ -94,7 +95,7 @@ def _bbox(image: np.ndarray, points: np.ndarray, pad: float) -> tuple[slice, sli
     h, w = image.shape[:2]
     x0, y0 = np.maximum(np.floor(points.min(axis=0) - pad), 0).astype(int)
     x1, y1 = np.minimum(np.ceil(points.max(axis=0) + pad) + 1, [w, h]).astype(int)
-    ys, xs = np.mgrid[y0:max(y0, y1), x0:max(x0, x1)]
+    ys, xs = np.mgrid[y0 : max(y0, y1), x0 : max(x0, x1)]
     grid = np.stack([xs, ys], axis=-1).astype(float) + 0.5
     return slice(y0, max(y0, y1)), slice(x0, max(x0, x1)), grid
 

@@ -50,10 +50,21 @@ def _camera_frames() -> list[CameraFrame]:
             raw_frame("/cam/rgb", stamp, rgb, "rgb8", recv_ns=stamp + 10, frame_id="rgb_opt"),
             raw_frame("/cam/bgr", stamp, rgb[..., ::-1], "bgr8", recv_ns=stamp + 20),
             raw_frame("/cam/mono", stamp, rgb[..., 0], "mono8", recv_ns=stamp + 30),
-            compressed_frame("/cam/jpeg/compressed", stamp, _encoded(rgb, "JPEG"),
-                             "rgb8; jpeg compressed bgr8", recv_ns=stamp + 40),
-            compressed_frame("/cam/png/compressed", stamp, _encoded(rgb, "PNG"),
-                             "png", recv_ns=stamp + 50, frame_id="png_opt"),
+            compressed_frame(
+                "/cam/jpeg/compressed",
+                stamp,
+                _encoded(rgb, "JPEG"),
+                "rgb8; jpeg compressed bgr8",
+                recv_ns=stamp + 40,
+            ),
+            compressed_frame(
+                "/cam/png/compressed",
+                stamp,
+                _encoded(rgb, "PNG"),
+                "png",
+                recv_ns=stamp + 50,
+                frame_id="png_opt",
+            ),
         ]
     return frames
 
@@ -83,8 +94,11 @@ def test_rosbags_anyreader_reads_our_bags(tmp_path: Path, storage: str) -> None:
         decoded = [(c, t, reader.deserialize(raw, c.msgtype)) for c, t, raw in reader.messages()]
     assert len(decoded) == len(frames)
     for (conn, recv_ns, msg), frame in zip(decoded, frames, strict=True):
-        assert (conn.topic, recv_ns, msg.header.frame_id) == (frame.topic, frame.recv_ns,
-                                                              frame.frame_id)
+        assert (conn.topic, recv_ns, msg.header.frame_id) == (
+            frame.topic,
+            frame.recv_ns,
+            frame.frame_id,
+        )
         assert msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec == frame.stamp_ns
         assert bytes(msg.data) == frame.data
         if frame.compressed:
@@ -93,7 +107,11 @@ def test_rosbags_anyreader_reads_our_bags(tmp_path: Path, storage: str) -> None:
         else:
             assert conn.msgtype == "sensor_msgs/msg/Image"
             assert (msg.height, msg.width, msg.step, msg.encoding) == (
-                frame.height, frame.width, frame.step, frame.encoding)
+                frame.height,
+                frame.width,
+                frame.step,
+                frame.encoding,
+            )
             assert msg.step * msg.height == len(msg.data)
 
 
@@ -107,16 +125,30 @@ def test_reads_bags_written_by_rosbags_itself(tmp_path: Path, storage: str) -> N
         image = writer.add_connection("/img", "sensor_msgs/msg/Image", typestore=ts)
         text = writer.add_connection("/chatter", "std_msgs/msg/String", typestore=ts)
         header = types["std_msgs/msg/Header"](
-            stamp=types["builtin_interfaces/msg/Time"](sec=12, nanosec=345), frame_id="f")
-        msg = types["sensor_msgs/msg/Image"](header=header, height=2, width=3, encoding="rgb8",
-                                             is_bigendian=0, step=9, data=pixels)
-        writer.write(text, 5, ts.serialize_cdr(types["std_msgs/msg/String"](data="hi"),
-                                               "std_msgs/msg/String"))
+            stamp=types["builtin_interfaces/msg/Time"](sec=12, nanosec=345), frame_id="f"
+        )
+        msg = types["sensor_msgs/msg/Image"](
+            header=header, height=2, width=3, encoding="rgb8", is_bigendian=0, step=9, data=pixels
+        )
+        writer.write(
+            text,
+            5,
+            ts.serialize_cdr(types["std_msgs/msg/String"](data="hi"), "std_msgs/msg/String"),
+        )
         writer.write(image, 7, ts.serialize_cdr(msg, "sensor_msgs/msg/Image"))
     (frame,) = read_frames(tmp_path / "bag")
-    assert frame == CameraFrame(topic="/img", recv_ns=7, stamp_ns=12 * 10**9 + 345,
-                                frame_id="f", encoding="rgb8", height=2, width=3, step=9,
-                                data=pixels.tobytes(), compressed=False)
+    assert frame == CameraFrame(
+        topic="/img",
+        recv_ns=7,
+        stamp_ns=12 * 10**9 + 345,
+        frame_id="f",
+        encoding="rgb8",
+        height=2,
+        width=3,
+        step=9,
+        data=pixels.tobytes(),
+        compressed=False,
+    )
     assert describe_bag(tmp_path / "bag").camera_topics == ["/img"]
 
 
@@ -143,8 +175,15 @@ def test_recorder_refuses_two_types_on_one_topic(tmp_path: Path) -> None:
 def test_frame_from_any_message_with_ros_field_names() -> None:
     stamp = SimpleNamespace(sec=1_700_000_000, nanosec=999_999_999)
     header = SimpleNamespace(stamp=stamp, frame_id="cam")
-    raw = SimpleNamespace(header=header, height=1, width=2, encoding="mono8", is_bigendian=0,
-                          step=2, data=array.array("B", [3, 4]))
+    raw = SimpleNamespace(
+        header=header,
+        height=1,
+        width=2,
+        encoding="mono8",
+        is_bigendian=0,
+        step=2,
+        data=array.array("B", [3, 4]),
+    )
     frame = frame_from_msg("/t", raw, recv_ns=5)
     assert (frame.data, frame.step, frame.compressed) == (b"\x03\x04", 2, False)
     assert frame.stamp == (1_700_000_000, 999_999_999)
@@ -200,8 +239,9 @@ def test_pacing_as_fast_as_possible_and_bad_rates() -> None:
 
 
 def test_pacing_on_the_real_clock_at_a_high_rate_multiplier() -> None:
-    frames = [compressed_frame(f"/cam{i % 2}", BASE_NS + i * 10**8, b"%d" % i, "jpeg")
-              for i in range(50)]  # 10 Hz, two topics
+    frames = [
+        compressed_frame(f"/cam{i % 2}", BASE_NS + i * 10**8, b"%d" % i, "jpeg") for i in range(50)
+    ]  # 10 Hz, two topics
     out = list(paced(frames, rate=1000.0))
     assert [p.frame for p in out] == frames
     start = out[0].due_s
@@ -235,10 +275,12 @@ def test_committed_recording_frames_rate_and_jpegs() -> None:
     frames = list(read_frames(RECORDING))
     assert len(frames) == RECORDING_FRAMES
     period_ns = round(1e9 / RECORDING_RATE_HZ)
-    assert [f.stamp_ns for f in frames] == [RECORDING_START_NS + i * period_ns
-                                            for i in range(RECORDING_FRAMES)]
+    assert [f.stamp_ns for f in frames] == [
+        RECORDING_START_NS + i * period_ns for i in range(RECORDING_FRAMES)
+    ]
     assert {(f.topic, f.encoding, f.recv_ns - f.stamp_ns) for f in frames} == {
-        (RECORDING_TOPIC, "rgb8; jpeg compressed bgr8", 1_000_000)}
+        (RECORDING_TOPIC, "rgb8; jpeg compressed bgr8", 1_000_000)
+    }
     for frame in frames:
         image = Image.open(io.BytesIO(frame.data))
         assert (image.format, image.mode, image.size) == ("JPEG", "RGB", (640, 480))

@@ -18,9 +18,17 @@ START_NS = 1_600_000_000_000_000_000
 
 
 def _config(out: Path, **overrides: object) -> RecordingConfig:
-    fields = {"out": out, "frames": 16, "rate_hz": 20.0, "width": 64, "height": 48,
-              "storage": "sqlite3", "source": "procedural", "cameras": ("top", "left"),
-              "start_ns": START_NS}
+    fields = {
+        "out": out,
+        "frames": 16,
+        "rate_hz": 20.0,
+        "width": 64,
+        "height": 48,
+        "storage": "sqlite3",
+        "source": "procedural",
+        "cameras": ("top", "left"),
+        "start_ns": START_NS,
+    }
     return RecordingConfig(**(fields | overrides))  # type: ignore[arg-type]
 
 
@@ -40,10 +48,13 @@ def test_procedural_jpeg_bag_read_by_rosbags(tmp_path: Path) -> None:
     by_topic: dict[str, list] = {}
     with AnyReader([tmp_path / "bag"]) as reader:
         for conn, recv_ns, raw in reader.messages():
-            by_topic.setdefault(conn.topic, []).append((recv_ns, reader.deserialize(raw,
-                                                                                     conn.msgtype)))
-    assert sorted(by_topic) == ["/camera/left/image_raw/compressed",
-                                "/camera/top/image_raw/compressed"]
+            by_topic.setdefault(conn.topic, []).append(
+                (recv_ns, reader.deserialize(raw, conn.msgtype))
+            )
+    assert sorted(by_topic) == [
+        "/camera/left/image_raw/compressed",
+        "/camera/top/image_raw/compressed",
+    ]
     for messages in by_topic.values():
         stamps = [m.header.stamp.sec * 10**9 + m.header.stamp.nanosec for _, m in messages]
         assert stamps == [START_NS + i * 50_000_000 for i in range(16)]
@@ -67,7 +78,11 @@ def test_raw_rgb8_and_png_formats(tmp_path: Path, storage: str) -> None:
     png = list(read_frames(tmp_path / "png", topics=["/camera/top/image_raw/compressed"]))
     for raw_frame, png_frame in zip(raw, png, strict=True):
         assert (raw_frame.encoding, raw_frame.height, raw_frame.width, raw_frame.step) == (
-            "rgb8", 48, 64, 192)
+            "rgb8",
+            48,
+            64,
+            192,
+        )
         assert png_frame.encoding == "rgb8; png compressed bgr8"
         decoded = np.asarray(Image.open(io.BytesIO(png_frame.data)))
         pixels = np.frombuffer(raw_frame.data, np.uint8).reshape(48, 64, 3)
@@ -75,11 +90,28 @@ def test_raw_rgb8_and_png_formats(tmp_path: Path, storage: str) -> None:
 
 
 def test_command_line_arguments(tmp_path: Path) -> None:
-    config = parse_args([str(tmp_path / "x"), "--size", "320x240", "--cameras", "top,angle",
-                         "--storage", "sqlite3", "--source", "procedural", "--rate", "15"])
+    config = parse_args(
+        [
+            str(tmp_path / "x"),
+            "--size",
+            "320x240",
+            "--cameras",
+            "top,angle",
+            "--storage",
+            "sqlite3",
+            "--source",
+            "procedural",
+            "--rate",
+            "15",
+        ]
+    )
     assert (config.width, config.height, config.cameras) == (320, 240, ("top", "angle"))
     assert (config.storage, config.source, config.rate_hz, config.frames) == (
-        "sqlite3", "procedural", 15.0, 100)
+        "sqlite3",
+        "procedural",
+        15.0,
+        100,
+    )
 
 
 def test_aloha_scene_when_gym_aloha_is_installed(tmp_path: Path) -> None:

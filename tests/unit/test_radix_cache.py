@@ -275,9 +275,7 @@ class RadixCacheMachine(RuleBasedStateMachine):
 
 
 TestRadixCacheStateful = RadixCacheMachine.TestCase
-TestRadixCacheStateful.settings = settings(
-    max_examples=150, stateful_step_count=40, deadline=None
-)
+TestRadixCacheStateful.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 
 
 # ---- example-based checks of single behaviours --------------------------------------------
