@@ -20,6 +20,7 @@ from tests.integration.sched_helpers import (
     json_of,
     meta,
     metric,
+    pause,
     resume,
     saturate,
     wait_idle,
@@ -303,6 +304,88 @@ async def test_pins_yield_to_a_request_that_cannot_fit_next_to_them(node):
             await close_session(c, sid)
             await asyncio.gather(big, small)
     assert done is not None and done.status_code == 200, "the request behind it never ran"
+
+
+@pytest.fixture(scope="module")
+def lean_node(llama_path, tmp_path_factory):
+    """Admission reserves a fifth of each request's new tokens: KV can run short mid-decode."""
+    with run_server(
+        llama_path,
+        tmp_path_factory.mktemp("sessions-lean"),
+        "--max-total-tokens",
+        str(POOL),
+        "--max-session-held-tokens",
+        str(HELD),
+        "--decode-reserve-ratio",
+        "0.2",
+    ) as s:
+        yield s
+
+
+async def test_pins_yield_to_a_running_request_that_runs_short_of_kv(lean_node, hf_greedy):
+    """With 239 tokens pinned, a lone request admitted on a 20 % reserve grows past what is left
+    of the pool of 700: the session's pin gives way (the request cannot be retracted in favour
+    of nothing), the request runs to its end and the node keeps serving."""
+    async with lean_node.async_client() as c:
+        sid = await open_session(c)
+        first = await turn(c, tokens(0, 200), "lean-1", n=40, id=sid)
+        assert (await internal(c))["kv_pool"]["pinned"] == 239
+        out = await json_of(c.post("/generate", json=body(tokens(300, 2), 500)))
+        assert meta(out)["completion_tokens"] == 500
+        state = await wait_idle(c)
+        assert state["kv_pool"]["pinned"] == 0
+        ctx = tokens(0, 200) + first["output_ids"]
+        nxt = await turn(c, [7], "lean-2", n=4, id=sid)
+        assert nxt["output_ids"] == hf_greedy(ctx + [7], 4)
+        await close_session(c, sid)
+
+
+async def test_a_superseding_turn_continues_from_before_the_stale_one(node, hf_greedy):
+    """Two turns with `supersede` queue up (held back by a pause, released together): the
+    older ends superseded and the newer is built from the last finished turn, not from the
+    stale one (which was never run and would otherwise make the session busy)."""
+    async with node.async_client() as c:
+        sid = await open_session(c)
+        first = await turn(c, tokens(0, 4), "sup-1", n=4, id=sid)
+        ctx = tokens(0, 4) + first["output_ids"]
+        await pause(c, "in_place")
+        frames = {}
+        for i in (2, 3):
+            new = tokens(20 * i, 3)
+            req = body(new, 4, rid=f"sup-{i}", supersede=True, session_params={"id": sid})
+            frames[i] = (new, asyncio.create_task(c.post("/generate", json=req)))
+            await wait_pending(c, i - 1)
+        await resume(c)
+        outs = {i: await json_of(task) for i, (_, task) in frames.items()}
+        assert sorted(finish_type(o) for o in outs.values()) == ["length", "superseded"]
+        (kept,) = [i for i, o in outs.items() if finish_type(o) == "length"]
+        prompt = ctx + frames[kept][0]
+        assert meta(outs[kept])["prompt_tokens"] == len(prompt)
+        assert outs[kept]["output_ids"] == hf_greedy(prompt, 4)
+        nxt = await turn(c, [7], "sup-4", n=4, id=sid)
+        assert nxt["output_ids"] == hf_greedy(prompt + outs[kept]["output_ids"] + [7], 4)
+        await close_session(c, sid)
+
+
+async def test_capacity_of_str_len_bounds_the_context_and_a_rejected_turn_changes_nothing(
+    node, hf_greedy
+):
+    async with node.async_client() as c:
+        sid = await open_session(c, capacity_of_str_len=20)
+        first = await turn(c, tokens(0, 8), "cap-1", n=4, id=sid)
+        ctx = tokens(0, 8) + first["output_ids"]  # 12 tokens
+        for params in ({"id": sid}, {"id": sid, "replace": True}, {"id": sid, "rid": "cap-1"}):
+            n_new = 21 if params.get("replace") else 9  # 12 + 9 > 20; a fresh start of 21
+            r = await c.post("/generate", json=body(tokens(50, n_new), 4, session_params=params))
+            assert r.status_code == 400, r.text
+            error = r.json()["error"]
+            assert "capacity_of_str_len 20" in error["message"]
+            assert error["field"] == "session_params.id"
+        # nothing was dropped by the rejected `replace`: the session continues from cap-1
+        nxt = await turn(c, [7], "cap-2", n=4, id=sid)
+        assert meta(nxt)["prompt_tokens"] == len(ctx) + 1
+        assert nxt["output_ids"] == hf_greedy(ctx + [7], 4)
+        await close_session(c, sid)
 
 
 async def pressure(c: httpx.AsyncClient, start: int) -> None:

@@ -229,23 +229,29 @@ class Scheduler:
         req.arrival_step = self.step_count
         if req.priority == 0 and msg.priority is None:
             req.priority = self.args.default_priority_value
+        stale = self._superseded_by(req)
         try:
-            if msg.session_params is not None:
-                self.sessions.rebuild(req, msg.session_params)
+            # The turns this one supersedes are no parents: it continues from before them.
+            turn = (
+                None
+                if msg.session_params is None
+                else self.sessions.rebuild(req, msg.session_params, {r.rid for r in stale})
+            )
         except SessionError as e:
             self.reject(req, str(e), field=e.field)
             return
         if not self._fits(req):
-            return
-        if req.supersede and req.session_id is not None:
-            self.supersede(req.session_id)  # first: the stale frame must not hold a queue slot
-        if not self._queue_admits(req):
             return
         if req.num_actions:
             if self.action_mask is None:
                 self.reject(req, "this model has no action tokenizer")
                 return
             req.vocab_mask = self.action_mask
+        self.supersede(stale)  # first: the stale frames must not hold a queue slot
+        if not self._queue_admits(req):
+            return
+        if turn is not None:
+            self.sessions.add_turn(turn)
         req.generator = self.batch_runner.generator_for(req.sampling_params.seed)
         self.waiting.append(req)
 
@@ -281,9 +287,13 @@ class Scheduler:
         self.reject(req, f"the request queue is full ({limit} waiting)", 503)
         return False
 
-    def supersede(self, session_id: str) -> None:
-        """Latest frame wins: older waiting requests of the session end as superseded."""
-        old = [r for r in self.waiting if r.session_id == session_id]
+    def _superseded_by(self, req: Req) -> list[Req]:
+        """Latest frame wins: with `supersede`, the session's older waiting requests."""
+        if not req.supersede or req.session_id is None:
+            return []
+        return [r for r in self.waiting if r.session_id == req.session_id]
+
+    def supersede(self, old: list[Req]) -> None:
         for r in old:
             self.waiting.remove(r)
             r.finished_reason = {

@@ -10,6 +10,7 @@ evicted while the session lives; the pins of all sessions are bounded by
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from vla_server.io_struct import MMItem, SessionParams
@@ -41,6 +42,14 @@ class Session:
     pin: PinHandle | None = None
 
 
+@dataclass
+class NewTurn:
+    session: Session
+    rid: str
+    turn: Turn
+    keep: set[str] | None  # with `replace`: the turns that stay
+
+
 class SessionController:
     def __init__(self, tree: RadixCache, max_held_tokens: int, bos_token_id: int | None):
         self.tree = tree
@@ -60,14 +69,14 @@ class SessionController:
         if session.pin is not None:
             self.tree.unpin(session.pin)
 
-    def rebuild(self, req: Req, params: SessionParams) -> None:
-        """Give `req` (carrying only its new tokens) the prompt of its session turn."""
+    def rebuild(self, req: Req, params: SessionParams, superseded: Collection[str] = ()) -> NewTurn:
+        """Give `req` (carrying only its new tokens) the prompt of its session turn; the turns
+        in `superseded` (waiting, about to be superseded by `req`) are skipped as its parent.
+        The session is unchanged until `add_turn`."""
         session = self.sessions.get(params.id)
         if session is None:
             raise SessionError(f"unknown or closed session {params.id!r}")
-        parent = self._parent(session, params)
-        if params.replace:
-            self._drop_turns_after(session, params.rid)
+        parent = self._parent(session, params, superseded)
         base_ids, base_mm = ([], []) if parent is None else self._context(parent, params)
         new_ids = req.origin_input_ids
         if base_ids and new_ids and new_ids[0] == self.bos_token_id:
@@ -82,21 +91,42 @@ class SessionController:
             )
             for it in req.mm_items
         ]
+        capacity = session.capacity_of_str_len  # in tokens; 0: unbounded
+        if capacity and shift + len(new_ids) > capacity:
+            raise SessionError(
+                f"session {session.id!r} would hold {shift + len(new_ids)} tokens, over its "
+                f"capacity_of_str_len {capacity}"
+            )
         req.origin_input_ids = base_ids + new_ids
-        session.turns[req.rid] = Turn(req.origin_input_ids, req.mm_items)
+        keep = self._turns_up_to(session, params.rid) if params.replace else None
+        return NewTurn(session, req.rid, Turn(req.origin_input_ids, req.mm_items), keep)
+
+    @staticmethod
+    def add_turn(new: NewTurn) -> None:
+        """Record a rebuilt turn once the scheduler accepted its request (a rejected one must
+        leave the session as it was)."""
+        session = new.session
+        if new.keep is not None:  # `replace`: the turns after the parent go
+            session.turns = {k: t for k, t in session.turns.items() if k in new.keep}
+        session.turns[new.rid] = new.turn
         session.last_active = time.monotonic()
 
-    def _parent(self, session: Session, params: SessionParams) -> Turn | None:
+    def _parent(
+        self, session: Session, params: SessionParams, superseded: Collection[str]
+    ) -> Turn | None:
         if params.rid is not None:
             parent = session.turns.get(params.rid)
             if parent is None:
                 raise SessionError(
                     f"session {session.id!r} has no turn {params.rid!r}", "session_params.rid"
                 )
-        elif params.replace or not session.turns:
+        elif params.replace:
             return None
         else:
-            parent = next(reversed(session.turns.values()))
+            latest = [t for rid, t in session.turns.items() if rid not in superseded]
+            if not latest:
+                return None
+            parent = latest[-1]
         if not parent.finished:
             raise SessionError(
                 f"session {session.id!r} is busy: its parent turn has not finished",
@@ -104,10 +134,10 @@ class SessionController:
             )
         return parent
 
-    def _drop_turns_after(self, session: Session, rid: str | None) -> None:
+    @staticmethod
+    def _turns_up_to(session: Session, rid: str | None) -> set[str]:
         keys = list(session.turns)
-        keep = keys[: keys.index(rid) + 1] if rid is not None else []
-        session.turns = {k: session.turns[k] for k in keep}
+        return set(keys[: keys.index(rid) + 1] if rid is not None else [])
 
     @staticmethod
     def _context(parent: Turn, params: SessionParams) -> tuple[list[int], list[MMItem]]:

@@ -87,9 +87,11 @@ class StepBuilder:
             if s.inflight is not None:
                 # The batch in flight may finish requests and free their KV: wait for it first.
                 s.drain()
-            else:
-                # KV pressure (reservations below 100 %): retract the least important request,
-                # and reserve more for a while so it is not re-admitted into the same squeeze.
+            elif not s.sessions.unpin_oldest_for(n_tokens - s.kv.available_tokens()):
+                # KV pressure (reservations below 100 %) with no session pin left to give up (a
+                # session's context is cheaper to recompute later than a running request):
+                # retract the least important request, and reserve more for a while so it is
+                # not re-admitted into the same squeeze.
                 candidates = [r for r in retraction_order(s.policy, s.running) if not r.finished]
                 if len(candidates) <= 1:
                     raise RuntimeError(f"KV pool exhausted: {n_tokens} slots needed")
