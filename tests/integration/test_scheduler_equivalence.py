@@ -1,5 +1,8 @@
 """Greedy outputs do not depend on how the scheduler runs them: overlap on/off, radix cache
-on/off, chunked prefill on/off with small chunks, and under KV-pressure retraction."""
+on/off, chunked prefill on/off with small chunks, and under KV-pressure retraction. Stop token
+ids and short max_new_tokens end every request exactly where the full greedy output says, in
+every mode: the overlap loop, whose finishing decisions lag a step, never emits a token past a
+stop condition."""
 
 from __future__ import annotations
 
@@ -60,12 +63,41 @@ async def _run(server) -> list[list[int]]:
     return outs
 
 
+def _stop_bodies(full: list[list[int]]) -> list[tuple[dict, list[int]]]:
+    """Requests that must stop early, each with the output the full greedy output implies: at
+    the first occurrence of a stop id taken from that output (it is included), or at a short
+    max_new_tokens."""
+    cases = []
+    for i, (prompt, out) in enumerate(zip(PROMPTS, full, strict=True)):
+        stop_id = out[3 + i % 7]
+        expected = out[: out.index(stop_id) + 1]
+        params = {"max_new_tokens": NEW, "temperature": 0, "stop_token_ids": [stop_id]}
+        cases.append(({"input_ids": prompt, "sampling_params": params}, expected))
+        short = {"max_new_tokens": 1 + i % 3, "temperature": 0, "ignore_eos": True}
+        cases.append(({"input_ids": prompt, "sampling_params": short}, out[: 1 + i % 3]))
+    return cases
+
+
+async def _run_stops(server, cases: list[tuple[dict, list[int]]]) -> list[list[int]]:
+    async with server.async_client() as c:
+        rs = await asyncio.gather(*(c.post("/generate", json=b) for b, _ in cases))
+    assert all(r.status_code == 200 for r in rs), [r.text for r in rs]
+    return [r.json()["output_ids"] for r in rs]
+
+
 @pytest.fixture(scope="module")
 def reference(llama_path, tmp_path_factory):
     with run_server(
         llama_path, tmp_path_factory.mktemp("ref"), *CONFIGS["plain"], "--max-total-tokens", "8192"
     ) as server:
-        return asyncio.run(_run(server))
+        full = asyncio.run(_run(server))
+        cases = _stop_bodies([o["output_ids"] for o in full[: len(PROMPTS)]])
+        return full, cases, asyncio.run(_run_stops(server, cases))
+
+
+def test_plain_loop_stops_where_the_full_output_says(reference):
+    _, cases, stopped = reference
+    assert stopped == [expected for _, expected in cases]
 
 
 @pytest.mark.parametrize("name", [n for n in CONFIGS if n != "plain"])
@@ -73,10 +105,13 @@ def test_greedy_outputs_identical_across_scheduler_modes(name, reference, llama_
     args = CONFIGS[name]
     if "--max-total-tokens" not in args:
         args = [*args, "--max-total-tokens", "8192"]
+    full, cases, _ = reference
     with run_server(llama_path, tmp_path, *args) as server:
         outs = asyncio.run(_run(server))
+        stopped = asyncio.run(_run_stops(server, cases))
         info = server.client().get("/get_server_info").json()
-    assert [o["output_ids"] for o in outs] == [o["output_ids"] for o in reference]
+    assert [o["output_ids"] for o in outs] == [o["output_ids"] for o in full]
+    assert stopped == [expected for _, expected in cases]
     assert all(len(o["output_ids"]) == NEW for o in outs)
     if "radix" in name or name == "everything":
         assert any(o["meta_info"]["cached_tokens"] > 0 for o in outs[len(PROMPTS) :])
