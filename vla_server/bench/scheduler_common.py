@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from vla_server.bench.checkpoints import SIZES
-from vla_server.bench.serving import resolve_model
+from vla_server.bench.serving import model_path
 from vla_server.bench.stats import plot_distributions, summary_ms, table, write_json
 from vla_server.bench.stream_client import StreamTiming
 from vla_server.server_args import default_torch_threads
@@ -57,7 +57,7 @@ def setup(args: argparse.Namespace) -> BenchSetup:
     served to raw time is only meaningful at equal threads."""
     threads = args.torch_threads or default_torch_threads()
     torch.set_num_threads(threads)
-    path = resolve_model(args)
+    path = Path(args.model_path) if args.model_path else model_path(args.model)
     logs = Path(tempfile.mkdtemp(prefix="vla-bench-sched-"))
     print(f"model {path}, torch threads {threads}, server logs in {logs}", flush=True)
     return BenchSetup(path, threads, args.max_total_tokens, logs, args.out, args.server_args)
