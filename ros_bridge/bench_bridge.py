@@ -1,6 +1,9 @@
 """Bridge overhead: frame-to-first-action through VlaBridgeNode vs a direct request.
 
-`python -m ros_bridge.bench_bridge [--server-url URL] [--frames N] [--out FILE.json]`
+    python -m vla_server.bench bridge [--server-url URL] [--frames N] [--bag BAG] [--out DIR]
+
+Writes `bridge.json` (P50/P90/P99 of both arms, their ratios, the samples) and `bridge.png`
+(the latency distribution of both arms) under `--out` (default bench_out/bridge).
 
 Both arms run in this process against the same server, one frame at a time (nothing queues or
 is superseded), with the server's caches flushed before every request so each one pays for the
@@ -12,7 +15,8 @@ vision encoder and the prefill:
   decodes and hashes it, streams the request -> the first JointTrajectory a subscriber receives.
 
 The arms alternate which goes first per frame. The ratio of their P50/P99 is the bridge's own
-overhead. `direct_first_action_ms` doubles as the e2e test's raw model step for one frame.
+overhead. `direct_first_action_ms` doubles as the e2e test's raw model step for one frame. The
+default recording is the one in a source checkout's tests/data; elsewhere pass `--bag`.
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import json
 import tempfile
 import threading
 import time
@@ -29,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 
 from ros_bridge import compat
 from ros_bridge.bags import CameraFrame, read_frames
@@ -38,9 +40,11 @@ from ros_bridge.compat import rclpy, sensor_msgs, trajectory_msgs
 from ros_bridge.replay import camera_msg
 from ros_bridge.request_body import RequestSettings
 from ros_bridge.stream_client import VlaStreamClient
+from vla_server.bench.stats import plot_distributions, summary_ms, table, write_json
 
 DEFAULT_BAG = Path(__file__).resolve().parents[1] / "tests/data/aloha_transfer_cube_10hz"
 DEFAULT_SETTINGS = RequestSettings(unnorm_key="aloha_left", num_actions=2)
+ARMS = ("bridge", "direct")
 
 
 def distinct_frames(bag: Path, n: int) -> list[CameraFrame]:
@@ -112,16 +116,6 @@ def direct_first_action_ms(
     return asyncio.run(run())
 
 
-def summary(samples: Sequence[float]) -> dict[str, float]:
-    values = np.asarray(samples, float)
-    return {
-        "p50_ms": float(np.percentile(values, 50)),
-        "p99_ms": float(np.percentile(values, 99)),
-        "mean_ms": float(values.mean()),
-        "n": len(values),
-    }
-
-
 class _BridgeArm:
     """The node plus a probe publishing frames and timing the first command per frame."""
 
@@ -176,7 +170,10 @@ class _BridgeArm:
         self.probe.destroy_node()
 
 
-def bench(server_url: str, frames: Sequence[CameraFrame], settings: RequestSettings) -> dict:
+def bench(
+    server_url: str, frames: Sequence[CameraFrame], settings: RequestSettings
+) -> dict[str, list[float]]:
+    """Milliseconds from frame to first action per frame, for each arm."""
     rclpy.init(args=[], **({"transport": "inproc"} if compat.USING_SHIM else {}))
     arm = _BridgeArm(server_url, settings)
     direct: list[float] = []
@@ -195,31 +192,58 @@ def bench(server_url: str, frames: Sequence[CameraFrame], settings: RequestSetti
     finally:
         arm.close()
         rclpy.try_shutdown()
-    b, d = summary(bridged), summary(direct)
-    return {
-        "frames": len(frames),
+    return {"bridge": bridged, "direct": direct}
+
+
+def report(samples_ms: dict[str, list[float]], out: Path) -> dict[str, Any]:
+    """Prints the table; writes bridge.json and bridge.png under `out`."""
+    # The shared helpers take seconds, as the other benchmarks measure them.
+    seconds = {arm: [ms / 1000.0 for ms in samples_ms[arm]] for arm in ARMS}
+    b, d = (summary_ms(seconds[arm]) for arm in ARMS)
+    result: dict[str, Any] = {
+        "frames": b["n"],
         "bridge": b,
         "direct": d,
-        "ratio_p50": b["p50_ms"] / d["p50_ms"],
-        "ratio_p99": b["p99_ms"] / d["p99_ms"],
-        "overhead_p50_ms": b["p50_ms"] - d["p50_ms"],
+        "ratio_p50": b["p50"] / d["p50"],
+        "ratio_p99": b["p99"] / d["p99"],
+        "overhead_p50_ms": b["p50"] - d["p50"],
+        "samples_ms": samples_ms,
     }
+    print("\nframe to first action, ms; ratio = bridge / direct (same run, same server)")
+    print(table([{"arm": arm, **result[arm]} for arm in ARMS], ["arm", "p50", "p90", "p99", "n"]))
+    print(f"ratio P50 {result['ratio_p50']:.3f}, P99 {result['ratio_p99']:.3f}")
+    write_json(out / "bridge.json", result)
+    plot_distributions(out / "bridge.png", "frame to first action: bridge vs direct", seconds)
+    print(f"wrote {out}/bridge.json and .png")
+    return result
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server-url", default=None, help="default: start the demo model")
-    parser.add_argument("--bag", type=Path, default=DEFAULT_BAG)
+    parser.add_argument(
+        "--bag", type=Path, default=DEFAULT_BAG, help="camera recording (rosbag2, mcap, sqlite3)"
+    )
     parser.add_argument("--frames", type=int, default=20)
     parser.add_argument("--unnorm-key", default=DEFAULT_SETTINGS.unnorm_key)
     parser.add_argument("--num-actions", type=int, default=DEFAULT_SETTINGS.num_actions)
-    parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    parser.add_argument("--out", type=Path, default=Path("bench_out/bridge"))
 
 
-def run(args: argparse.Namespace) -> dict:
+def load_frames(bag: Path, n: int) -> list[CameraFrame]:
+    """Checked before any server starts, so a bad argument costs nothing."""
+    if n < 1:
+        raise SystemExit(f"--frames must be >= 1, got {n}")
+    if not bag.exists():
+        where = " (the default: a source checkout's tests/data)" if bag == DEFAULT_BAG else ""
+        raise SystemExit(f"no camera recording at {bag}{where}; pass --bag PATH to a recording")
+    return distinct_frames(bag, n)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
     settings = RequestSettings(unnorm_key=args.unnorm_key, num_actions=args.num_actions)
-    frames = distinct_frames(args.bag, args.frames)
+    frames = load_frames(args.bag, args.frames)
     if args.server_url:
-        result = bench(args.server_url, frames, settings)
+        samples = bench(args.server_url, frames, settings)
     else:
         from vla_server.server_subprocess import running_server
 
@@ -227,12 +251,8 @@ def run(args: argparse.Namespace) -> dict:
             tempfile.TemporaryDirectory() as tmp,
             running_server(log_path=Path(tmp) / "server.log") as server,
         ):
-            result = bench(server.url, frames, settings)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
-    return result
+            samples = bench(server.url, frames, settings)
+    return report(samples, args.out)
 
 
 def main(argv: list[str] | None = None) -> None:

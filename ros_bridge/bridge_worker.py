@@ -4,8 +4,10 @@ Camera callbacks hand frames in with `submit()` (any thread, never blocks). The 
 request in flight (FrameGate), streams it, hands each action to the sink the moment it arrives,
 times TTFT/ITL/first action/frame-to-action into the LatencyMonitor, and fires a deadline timer
 per frame: no action by then is a miss and the `on_late` command goes out (with `stop`, the late
-request is also cancelled). A failed server applies `on_late` once per outage and is re-probed
-with exponential backoff until `/health` and `/get_server_info` answer again.
+request is also cancelled). A failed server (unreachable, a 5xx, a stream cut short) is one outage:
+`on_late` is applied once, requests are retried with exponential backoff (re-probing `/health` and
+`/get_server_info` first), and only a request that succeeds ends it, counted as a reconnect. A
+`/health` that answers while `/generate` fails therefore keeps the node in ERROR.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class _Server:
     action_dim: int | None = None  # mm.actions.action_dim of /get_server_info
     image_token: str | None = None  # mm.image_token: the per-image prompt placeholder
     support: FieldSupport = field(default_factory=FieldSupport)
+    session: str | None = None  # the session opened since the server was last probed
 
 
 class BridgeWorker:
@@ -91,6 +94,7 @@ class BridgeWorker:
         self._submit_lock = threading.Lock()
         self._rid_prefix = f"bridge-{uuid.uuid4().hex[:8]}"
         self._last_action: tuple[float, ...] | None = None
+        self._outage = False  # server unavailable since the last successful request
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="vla-bridge-io")
         self._task: asyncio.Task[None] | None = None
@@ -203,25 +207,28 @@ class BridgeWorker:
                 await asyncio.wait([self._task])
                 self._task = None
                 self._gate.done(ticket)
+                if self._outage:
+                    await self._back_off()  # a failing server must not get a request per frame
 
     async def _ensure_server(self, client: VlaStreamClient) -> None:
-        self._backoff.reset()
+        """Probes until /health and /get_server_info answer. That alone ends no outage: a
+        server can answer /health and still fail every request."""
         while not self._server.ready and not self._stopping:
             try:
                 if await client.health():
                     self._use_server_info(await client.server_info())
-                    if self.config.request.session:
-                        await client.open_session(self.config.request.session)
-                    if self.monitor.server_up():
-                        self.monitor.count("reconnects")
-                        self._sink.report("info", f"server {self.server_url} is back")
                     return
                 reason = "health check failed"
             except ServerUnavailable as exc:
                 reason = str(exc)
-            self._server_failed(f"{self.server_url}: {reason}")
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._stop_requested(), self._backoff.next_delay())
+            self._server_unavailable(f"{self.server_url}: {reason}")
+            await self._back_off()
+
+    async def _back_off(self) -> None:
+        """Waits the next backoff delay (the delays grow until a request succeeds), or until
+        stop."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._stop_requested(), self._backoff.next_delay())
 
     async def _stop_requested(self) -> None:
         while not self._stopping:
@@ -238,6 +245,7 @@ class BridgeWorker:
         self._server.action_dim = dim if isinstance(dim, int) and dim > 0 else None
         token = mm.get("image_token") if isinstance(mm, dict) else None
         self._server.image_token = token if isinstance(token, str) else None
+        self._server.session = None  # a restarted server has lost its sessions
         self._server.ready = True
         if not self._server.multimodal:
             self._sink.report(
@@ -251,13 +259,42 @@ class BridgeWorker:
             self._sink.report("error", f"server unavailable: {reason}; applying on_late")
             self._apply_on_late()
 
+    def _server_unavailable(self, reason: str) -> None:
+        self._outage = True
+        self._server_failed(reason)
+
+    def _request_succeeded(self) -> None:
+        self._backoff.reset()
+        outage, self._outage = self._outage, False
+        if not self.monitor.server_up():
+            return
+        if outage:
+            self.monitor.count("reconnects")
+            self._sink.report("info", f"server {self.server_url} is back")
+        else:  # after a rejected request: the server itself was reachable throughout
+            self._sink.report("info", "server answers again")
+
+    async def _open_session(self, client: VlaStreamClient, session: str) -> None:
+        """Opens `session` before its first request: at connect, after a re-probe, and when the
+        `session` parameter changes (a new episode)."""
+        if not session or session == self._server.session:
+            return
+        try:
+            await client.open_session(session)
+        except RequestRejected as exc:
+            # A server without sessions: the request's session_id is then refused as an unknown
+            # field and dropped, so the frames still flow; asking again per frame cannot help.
+            self._sink.report("warn", f"could not open session {session!r}: {exc}")
+        self._server.session = session
+
     async def _process(self, client: VlaStreamClient, ticket: Ticket[FrameJob]) -> None:
         images = tuple(image.with_digest(self._server.digest) for image in ticket.job.images)
         rid = f"{self._rid_prefix}-{ticket.seq}"
         while True:
+            settings = self.config.request  # one snapshot per attempt: set_config may swap it
             remaining_ms = (ticket.deadline_s - time.monotonic()) * 1000.0
             body = build_body(
-                self.config.request,
+                settings,
                 images,
                 rid=rid,
                 remaining_ms=remaining_ms,
@@ -266,6 +303,7 @@ class BridgeWorker:
                 image_token=self._server.image_token,
             )
             try:
+                await self._open_session(client, settings.session)
                 await self._consume(client, ticket, body)
                 return
             except RequestRejected as exc:
@@ -274,32 +312,37 @@ class BridgeWorker:
                 self._request_failed(f"request rejected: {exc}")
                 return
             except ServerUnavailable as exc:
-                self._server.ready = False
-                self._request_failed(str(exc))
+                self._server.ready = False  # re-probe (and reopen the session) before a retry
+                self._request_failed(str(exc), unavailable=True)
                 return
 
-    def _request_failed(self, reason: str) -> None:
+    def _request_failed(self, reason: str, *, unavailable: bool = False) -> None:
         self.monitor.count("frames_failed")
         self.monitor.count("request_errors")
-        self._server_failed(reason)
+        if unavailable:
+            self._server_unavailable(reason)
+        else:
+            self._server_failed(reason)
 
     async def _consume(
         self, client: VlaStreamClient, ticket: Ticket[FrameJob], body: dict[str, Any]
     ) -> None:
         timing = _StreamTiming(sent_s=time.monotonic())
         malformed_before = client.malformed_lines
+        finish: dict[str, Any] = {}
         try:
             async for chunk in client.stream(body):
                 self._on_chunk(ticket, chunk, timing)
-                finish = chunk.finish_reason or {}
+                finish = chunk.finish_reason or finish
                 if finish.get("type") in _FAILED_FINISH:
                     raise RequestRejected(0, str(finish.get("message", finish)), None)
         finally:
             self.monitor.count("malformed_sse_lines", client.malformed_lines - malformed_before)
-        if timing.actions:
-            self.monitor.count("frames_processed")
-        if self.monitor.server_up():
-            self._sink.report("info", "server answers again")
+        # The server ends a frame that cannot make its deadline early (maybe after some of its
+        # actions): a missed frame, not a processed one.
+        expired = finish.get("type") == "deadline"
+        self.monitor.count("frames_expired" if expired else "frames_processed")
+        self._request_succeeded()
 
     def _on_chunk(self, ticket: Ticket[FrameJob], chunk: StreamChunk, t: _StreamTiming) -> None:
         now = time.monotonic()

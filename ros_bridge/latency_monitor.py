@@ -24,6 +24,7 @@ COUNTERS = (
     "frames_dropped_bad",
     "frames_superseded",
     "frames_stale",
+    "frames_expired",
     "frames_failed",
     "frames_processed",
     "actions_published",
@@ -236,6 +237,7 @@ class LatencyMonitor:
             ("deadline_misses", str(c["deadline_misses"])),
             ("deadline_misses_in_period", str(self._period.misses)),
             ("frames_processed", str(c["frames_processed"])),
+            ("frames_expired", str(c["frames_expired"])),
             ("actions_published", str(c["actions_published"])),
         ]
         name = prefix + "latency"

@@ -168,6 +168,20 @@ def test_replay_command_writes_report_and_plot(server, tmp_path) -> None:
     assert json.loads(done.stdout.strip().splitlines()[-1])["frames_in"] == 100
 
 
+def test_bridge_benchmark_writes_json_and_plot_under_bench_out(server, tmp_path) -> None:
+    cmd = [sys.executable, "-m", "vla_server.bench", "bridge", "--server-url", server.url]
+    cmd += ["--frames", "2", "--num-actions", "1"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = tmp_path / "bench_out/bridge"  # the default, relative to where it runs
+    result = json.loads((out / "bridge.json").read_text())
+    for arm in ("bridge", "direct"):
+        assert result[arm]["n"] == 2 and 0 < result[arm]["p50"] <= result[arm]["p99"]
+    assert result["ratio_p50"] == pytest.approx(result["bridge"]["p50"] / result["direct"]["p50"])
+    assert result["ratio_p99"] == pytest.approx(result["bridge"]["p99"] / result["direct"]["p99"])
+    assert (out / "bridge.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 @pytest.mark.skipif(not compat.USING_SHIM, reason="the shim's DDS transport is under test")
 def test_vla_bridge_run_talks_dds_to_other_processes(server, tmp_path, monkeypatch) -> None:
     """`vla-bridge run` in its own process; this process is the camera and the controller."""

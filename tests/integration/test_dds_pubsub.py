@@ -2,7 +2,8 @@
 
 The subscriber is a child process (tests/integration/dds_peer.py). Every frame must arrive with
 all fields intact (checked against the sender's own values and a SHA-256 of the pixels); the
-one-way latency (subscriber callback time minus header stamp) is printed, not asserted.
+one-way latency (subscriber callback time minus header stamp) is recorded, not asserted: printed
+(`pytest -s`), a `record_property` (junit XML) and `dds_latency.json` in the test's tmp folder.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -105,7 +106,23 @@ def _expected(msg: Image) -> dict[str, object]:
     }
 
 
-def test_vga_images_cross_processes_intact(peer: tuple[subprocess.Popen[str], int, str]) -> None:
+def latency_summary(latencies_ms: list[float]) -> dict[str, float | int]:
+    deciles = statistics.quantiles(latencies_ms, n=10)
+    return {
+        "frames": len(latencies_ms),
+        "rate_hz": RATE_HZ,
+        "min_ms": min(latencies_ms),
+        "median_ms": statistics.median(latencies_ms),
+        "p90_ms": deciles[8],
+        "max_ms": max(latencies_ms),
+    }
+
+
+def test_vga_images_cross_processes_intact(
+    peer: tuple[subprocess.Popen[str], int, str],
+    record_property: Callable[[str, object], None],
+    tmp_path: Path,
+) -> None:
     child, domain, topic = peer
     assert _read_line(child, timeout=60) == "READY"
     context = Context()
@@ -132,10 +149,11 @@ def test_vga_images_cross_processes_intact(peer: tuple[subprocess.Popen[str], in
     latencies_ms = [
         (f["recv_ns"] - (f["stamp"][0] * 1_000_000_000 + f["stamp"][1])) / 1e6 for f in frames
     ]
-    q = statistics.quantiles(latencies_ms, n=10)
+    latency = latency_summary(latencies_ms)
+    record_property("dds_one_way_latency_ms", json.dumps(latency))
+    (tmp_path / "dds_latency.json").write_text(json.dumps(latency, indent=2) + "\n")
+    figures = " ".join(f"{k} {latency[f'{k}_ms']:.2f}" for k in ("min", "median", "p90", "max"))
     print(
-        f"\nDDS loopback, {len(frames)} x 640x480 rgb8 frames at {RATE_HZ:g} Hz, "
-        "one-way latency (stamp to subscriber callback) ms: "
-        f"min {min(latencies_ms):.2f} median {statistics.median(latencies_ms):.2f} "
-        f"p90 {q[8]:.2f} max {max(latencies_ms):.2f}"
+        f"\nDDS loopback, {len(frames)} x 640x480 rgb8 frames at {RATE_HZ:g} Hz, one-way "
+        f"latency (stamp to subscriber callback) ms: {figures} ({tmp_path / 'dds_latency.json'})"
     )

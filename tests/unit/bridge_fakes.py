@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,7 +41,11 @@ class FakeServer:
     extra_lines: list[str] = field(default_factory=list)  # sent before the first chunk
     bodies: list[dict[str, Any]] = field(default_factory=list)
     finish: dict[str, Any] | None = None  # overrides the last chunk's finish_reason
+    generate_error: int | None = None  # /generate answers this 5xx while /health stays 200
+    has_sessions: bool = True  # False: an older server, /open_session is a 404
     sessions: list[str] = field(default_factory=list)  # ids opened with /open_session
+    posts: list[tuple[str, str | None]] = field(default_factory=list)  # (path, session_id)
+    final_chunk_at: list[float] = field(default_factory=list)  # monotonic, per stream
 
     @property
     def accepted(self) -> list[dict[str, Any]]:
@@ -61,10 +66,16 @@ class FakeServer:
                 info["mm"] = {"preprocess_digest": DIGEST_HEX}
             return httpx.Response(200, json=info)
         body = json.loads(request.content)
+        self.posts.append((request.url.path, body.get("session_id")))
         if request.url.path == "/open_session":
+            if not self.has_sessions:
+                return httpx.Response(404, json={"detail": "Not Found"})
             self.sessions.append(body["session_id"])
             return httpx.Response(200, json=body["session_id"])
         self.bodies.append(body)
+        if self.generate_error is not None:
+            error = {"message": "scheduler died", "type": "internal_error"}
+            return httpx.Response(self.generate_error, json={"error": error})
         unknown = sorted(set(body) - self.known_fields)
         if unknown:
             error = {"message": f"unknown field `{unknown[0]}`", "field": unknown[0]}
@@ -87,6 +98,8 @@ class FakeServer:
             action = [float(i // self.action_dim)] * self.action_dim if done else None
             last = i == n_tokens - 1
             finish = (self.finish or {"type": "length"}) if last else None
+            if last:
+                self.final_chunk_at.append(time.monotonic())
             chunk = {
                 "text": "t",
                 "output_ids": [i],
@@ -103,11 +116,13 @@ class RecordingSink:
     late: list[Any] = field(default_factory=list)
     reports: list[tuple[str, str]] = field(default_factory=list)
     reject_width: int | None = None
+    published_at: list[float] = field(default_factory=list)  # monotonic, per action
 
     def publish_action(self, stamp: tuple[int, int], index: int, action: Any) -> None:
         if self.reject_width is not None and len(action) != self.reject_width:
             raise ValueError("wrong width")
         self.actions.append((stamp, index, tuple(action)))
+        self.published_at.append(time.monotonic())
 
     def publish_late(self, command: Any) -> None:
         self.late.append(command)

@@ -196,6 +196,7 @@ def test_undecodable_compressed_frame_is_dropped(rig) -> None:
     )
     r.publish(broken)
     wait_for(lambda: r.node.monitor.counters["frames_dropped_bad"] == 1)
+    wait_for(lambda: warned(r, "image: undecodable compressed image"))
     buf = io.BytesIO()
     Image.fromarray(PIXELS).save(buf, format="PNG")
     fine = sensor_msgs.msg.CompressedImage(format="rgb8; png compressed bgr8", data=buf.getvalue())
@@ -203,6 +204,26 @@ def test_undecodable_compressed_frame_is_dropped(rig) -> None:
     r.publish(fine)
     wait_for(lambda: len(r.commands) == 1)
     assert r.commands[0].header.stamp.sec == 9
+
+
+def test_a_new_session_is_opened_before_its_first_request(rig) -> None:
+    server = FakeServer(action_dim=3)
+    server.known_fields |= {"session_id", "supersede", "deadline_ms"}
+    r = rig(server, num_actions=1, session="episode-1")
+    for sec in (1, 2):
+        r.publish(image(sec))
+        wait_for(lambda sec=sec: len(r.commands) == sec)
+    (ok,) = r.node.set_parameters([Parameter("session", value="episode-2")])
+    assert ok.successful
+    r.publish(image(3))
+    wait_for(lambda: len(r.commands) == 3)
+    assert server.posts == [
+        ("/open_session", "episode-1"),
+        ("/generate", "episode-1"),
+        ("/generate", "episode-1"),  # an open session is not reopened per frame
+        ("/open_session", "episode-2"),
+        ("/generate", "episode-2"),
+    ]
 
 
 def test_two_cameras_send_two_images_per_request(rig) -> None:

@@ -34,7 +34,9 @@ def job(stamp_sec: int, value: int = 0) -> FrameJob:
 def make_worker() -> Iterator[Callable[..., tuple[BridgeWorker, RecordingSink]]]:
     workers: list[BridgeWorker] = []
 
-    def make(server: FakeServer, **config: object) -> tuple[BridgeWorker, RecordingSink]:
+    def make(
+        server: FakeServer, backoff: Backoff | None = None, **config: object
+    ) -> tuple[BridgeWorker, RecordingSink]:
         sink = RecordingSink()
         request = RequestSettings(num_actions=2, session=str(config.pop("session", "")))
         worker = BridgeWorker(
@@ -42,7 +44,7 @@ def make_worker() -> Iterator[Callable[..., tuple[BridgeWorker, RecordingSink]]]
             WorkerConfig(request=request, **config),
             LatencyMonitor(),
             sink,
-            backoff=Backoff(initial_s=0.01, max_s=0.05),
+            backoff=backoff or Backoff(initial_s=0.01, max_s=0.05),
             transport=server.transport(),
         )
         worker.start()
@@ -72,6 +74,18 @@ def test_actions_are_published_in_order_with_the_frame_stamp(make_worker) -> Non
     assert sink.late == [] and worker.monitor.counters["deadline_misses"] == 0
 
 
+def test_an_action_is_published_before_the_stream_ends(make_worker) -> None:
+    server = FakeServer(action_dim=3, token_delay_s=0.02)
+    worker, sink = make_worker(server, deadline_ms=30_000.0)
+    worker.submit(job(1))
+    wait_for(lambda: worker.monitor.counters["frames_processed"] == 1)
+    (final_sent,) = server.final_chunk_at
+    # Same clock, same thread: the first action went out while the server had tokens to send,
+    # and the second (carried by the final chunk) after it, so the clocks line up.
+    assert sink.published_at[0] < final_sent <= sink.published_at[1]
+    assert [index for _, index, _ in sink.actions] == [0, 1]
+
+
 def test_newer_frame_supersedes_the_waiting_one(make_worker) -> None:
     server = FakeServer(token_delay_s=0.05)
     worker, sink = make_worker(server, deadline_ms=30_000.0)
@@ -93,6 +107,20 @@ def test_wait_idle_covers_a_frame_the_loop_has_not_taken_yet(make_worker) -> Non
     assert worker.wait_idle(10)
     assert worker.monitor.counters["frames_processed"] == 1
     assert [stamp for stamp, _, _ in sink.actions] == [(5, 0), (5, 0)]
+
+
+def test_a_frame_the_server_ended_at_its_deadline_is_expired_not_processed(make_worker) -> None:
+    server = FakeServer(token_delay_s=0.0, finish={"type": "deadline", "status_code": 504})
+    worker, sink = make_worker(server, deadline_ms=30_000.0)
+    worker.submit(job(4))
+    assert worker.wait_idle(10)
+    counters = worker.monitor.counters
+    assert (counters["frames_expired"], counters["frames_processed"]) == (1, 0)
+    assert counters["frames_failed"] == 0 and worker.monitor.server_is_up
+    server.finish = None
+    worker.submit(job(5))
+    assert worker.wait_idle(10)
+    assert (counters["frames_expired"], counters["frames_processed"]) == (1, 1)
 
 
 def test_missed_deadline_applies_hold_and_the_late_actions_still_arrive(make_worker) -> None:
@@ -139,6 +167,33 @@ def test_server_down_applies_on_late_once_then_recovers(make_worker) -> None:
     assert any("back" in message for _, message in sink.reports)
 
 
+def test_5xx_while_health_answers_is_one_outage_backed_off_until_a_request_works(
+    make_worker,
+) -> None:
+    server = FakeServer(token_delay_s=0.0, generate_error=503)
+    backoff = Backoff(initial_s=0.01, max_s=0.05)
+    worker, sink = make_worker(
+        server, backoff, deadline_ms=30_000.0, on_late=OnLate.ZERO, action_width=3
+    )
+    for n in range(1, 5):
+        worker.submit(job(n))
+        # One growing delay per failed request: the backoff is not reset between frames.
+        wait_for(lambda n=n: len(server.bodies) == n and backoff.attempts == n)
+    assert sink.late == [LateCommand(OnLate.ZERO, (0.0, 0.0, 0.0))]  # once for the outage
+    assert worker.monitor.counters["reconnects"] == 0
+    assert worker.monitor.counters["frames_failed"] == 4
+    assert [level for level, _ in sink.reports] == ["error"]  # no "back" between frames
+    status = {r.name: r for r in worker.monitor.statuses()}["inference server"]
+    assert status.level is Level.ERROR and "HTTP 503" in status.message
+    server.generate_error = None
+    worker.submit(job(5))
+    wait_for(lambda: worker.monitor.counters["frames_processed"] == 1)
+    assert worker.monitor.counters["reconnects"] == 1 and backoff.attempts == 0
+    assert {r.name: r.level for r in worker.monitor.statuses()}["inference server"] is Level.OK
+    assert len(sink.late) == 1 and sink.actions[-1][0] == (5, 0)
+    assert sink.reports[-1] == ("info", "server http://vla is back")
+
+
 def test_optional_fields_unknown_to_the_server_are_dropped_once(make_worker) -> None:
     server = FakeServer(token_delay_s=0.0)
     worker, _ = make_worker(server, deadline_ms=30_000.0, session="episode-1")
@@ -151,6 +206,18 @@ def test_optional_fields_unknown_to_the_server_are_dropped_once(make_worker) -> 
     assert server.sessions == ["episode-1"]  # the episode's session was opened once
     assert len(server.accepted) == 2
     assert worker.monitor.counters["request_errors"] == 0
+
+
+def test_a_server_without_sessions_still_gets_the_frames(make_worker) -> None:
+    server = FakeServer(token_delay_s=0.0, has_sessions=False)
+    worker, sink = make_worker(server, deadline_ms=30_000.0, session="episode-1")
+    for n in (1, 2):
+        worker.submit(job(n))
+        wait_for(lambda n=n: worker.monitor.counters["frames_processed"] == n)
+    assert [path for path, _ in server.posts].count("/open_session") == 1  # not per frame
+    assert [level for level, _ in sink.reports] == ["warn"]
+    assert all("session_id" not in body for body in server.accepted)
+    assert worker.monitor.counters["request_errors"] == 0 and worker.monitor.server_is_up
 
 
 def test_rejected_request_is_an_error_until_one_succeeds(make_worker) -> None:

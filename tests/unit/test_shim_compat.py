@@ -8,9 +8,13 @@ publisher stamped with the camera frame's stamp, a diagnostics timer, a MultiThr
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -45,6 +49,46 @@ def test_shim_is_chosen_exactly_when_ros_is_missing() -> None:
     for package in ROS_PACKAGES:  # the shim never installs top-level ROS names
         spec = importlib.util.find_spec(package)
         assert spec is None or "ros_bridge" not in (spec.origin or "")
+
+
+# Run in `python -I`: no PYTHONPATH (how a sourced ROS 2 exposes rclpy), no cwd, no user site, so
+# only what is installed into this interpreter's own site-packages can be found.
+_INSTALLED_NAMES = """
+import importlib.metadata, importlib.util, json, sys
+
+dist = importlib.metadata.distribution("vla-server")
+names = set((dist.read_text("top_level.txt") or "").split())
+for file in dist.files or []:
+    parts = file.parts
+    if parts[0] == ".." or parts[0].endswith((".dist-info", ".pth")) or parts[0] == "__pycache__":
+        continue
+    if file.name.startswith("__editable__") and file.suffix == ".py":
+        finder = sys.modules.get(file.stem) or importlib.import_module(file.stem)
+        names.update(finder.MAPPING)  # what the editable install maps to source folders
+    else:
+        names.add(parts[0].removesuffix(".py"))  # a wheel install lists every file
+specs = {p: importlib.util.find_spec(p) for p in sys.argv[1:]}
+print(json.dumps({
+    "top_level": sorted(names),
+    "found": {p: spec.origin for p, spec in specs.items() if spec is not None},
+}))
+"""
+
+
+def test_nothing_named_like_ros_is_installed_into_site_packages(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", _INSTALLED_NAMES, *ROS_PACKAGES],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    installed = json.loads(done.stdout)
+    assert "ros_bridge" in installed["top_level"]  # the distribution's names were read at all
+    assert not set(installed["top_level"]) & set(ROS_PACKAGES)
+    if importlib.util.find_spec("rclpy") is None:  # real ROS absent: nothing may answer
+        assert installed["found"] == {}
 
 
 def test_real_ros_attribute_paths_exist() -> None:
