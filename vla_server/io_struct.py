@@ -190,6 +190,7 @@ class SchedulerStats(msgspec.Struct, array_like=True):
     prefix_hit_tokens: int = 0  # cumulative prompt tokens served from the radix cache
     prefix_queried_tokens: int = 0  # cumulative prompt tokens looked up
     num_retractions: int = 0  # cumulative preemptions/retractions
+    mm_prefix_cache_images: int = 0  # cumulative, images whose positions all came as a prefix
 
 
 class BatchTokenIDOutput(_Msg):

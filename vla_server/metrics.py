@@ -7,7 +7,12 @@ finishes and deadline misses carry the request's priority as a label.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+if TYPE_CHECKING:
+    from vla_server.io_struct import SchedulerStats
 
 CONTROL_LOOP_BUCKETS = (
     0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.007, 0.008, 0.009, 0.010,
@@ -40,6 +45,8 @@ _GAUGES = {
     "mm_cache_hits": ("vla_mm_embedding_cache_hits", "Images served from the embedding cache"),
     "mm_cache_misses": ("vla_mm_embedding_cache_misses", "Images through the vision tower"),
 }
+# Where each image of a prefill got its embeddings; `source` is one of these.
+MM_IMAGE_SOURCES = ("prefix_cache", "embedding_cache", "vision_tower")
 
 
 class ServerMetrics:
@@ -61,12 +68,29 @@ class ServerMetrics:
         self.requests = Counter(
             "vla_requests", "Finished requests by finish type", ["finish", "priority"], registry=r
         )
+        # Cumulative scheduler counts mirrored as gauges, like the cache hits and misses above.
+        self.mm_images = Gauge(
+            "vla_mm_images",
+            "Images prefilled so far by where their embeddings came from: prefix_cache (all "
+            "positions in the radix cache, nothing computed), embedding_cache, vision_tower",
+            ["source"],
+            registry=r,
+        )
+        for source in MM_IMAGE_SOURCES:
+            self.mm_images.labels(source)  # exported as 0 before the first image
         self.deadline_misses = Counter(
             "vla_deadline_misses",
             "Requests ended because of their deadline",
             ["priority"],
             registry=r,
         )
+
+    def observe_mm(self, stats: SchedulerStats) -> None:
+        self.mm_cache_hits.set(stats.mm_cache_hits)
+        self.mm_cache_misses.set(stats.mm_cache_misses)
+        counts = (stats.mm_prefix_cache_images, stats.mm_cache_hits, stats.mm_cache_misses)
+        for source, n in zip(MM_IMAGE_SOURCES, counts, strict=True):
+            self.mm_images.labels(source).set(n)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

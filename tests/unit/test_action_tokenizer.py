@@ -273,3 +273,29 @@ def test_openvla_config_keys_must_agree_on_the_dimension(tmp_path: Path):
     write_openvla_config(tmp_path, {"a": stats(), "b": stats(Q01[:6], Q99[:6], MASK[:6])})
     with pytest.raises(ValueError, match="disagree on the action dimension"):
         ActionTokenizer.from_folder(tmp_path, BASE_VOCAB)
+
+
+def test_a_failed_action_stream_stays_failed_until_the_request_finishes(tmp_path: Path):
+    from vla_server.managers.action_detokenizer import ActionDetokenizer
+
+    q01 = list(Q01)
+    q01[2] = math.nan
+    write_openvla_config(tmp_path, {"broken": stats(q01=q01), "fine": stats()})
+    tok = ActionTokenizer.from_folder(tmp_path, BASE_VOCAB)
+    assert tok is not None
+    detok = ActionDetokenizer(tok)
+    ids = list(range(tok.first, tok.first + 7))
+    ok = detok.step("a", ids[:3], "fine", finished=False)
+    assert (ok.actions, ok.count, ok.error) == ([], 0, None)
+    ok = detok.step("a", ids[3:] + ids[:2], "fine", finished=True)
+    assert ok.count == 1 and ok.error is None and "a" not in detok.states
+    first = detok.step("b", ids[:4], "broken", finished=False)
+    failed = detok.step("b", ids[4:] + ids[:3], "broken", finished=False)
+    assert first.error is None
+    assert failed.actions == [] and failed.count == 0
+    assert failed.error is not None and "'broken'" in failed.error and "dims [2]" in failed.error
+    # Tokens sent before the abort lands: not decoded (from a wrong offset), still the error.
+    later = detok.step("b", ids[3:], "broken", finished=False)
+    assert (later.actions, later.count, later.error) == ([], 0, failed.error)
+    end = detok.step("b", [], "broken", finished=True)
+    assert end.error == failed.error and detok.states == {}

@@ -1,10 +1,19 @@
-"""Multimodal benchmark: TTFT and time-to-first-action for a new vs a repeated camera frame.
+"""Multimodal benchmark: TTFT and time-to-first-action for a new camera frame vs a repeated one,
+served from the prefix cache and from the embedding cache.
 
-Through the HTTP server on the demo VLA (or --model-path), one stream at a time: each round sends
-a frame the node has never seen, then the same frame again with the same instruction, then with
-another instruction; the repeated/new ratio is measured in the same run. In-process, the main
-process's cost per 640x480 JPEG frame (base64 + decode, hash, resize + normalise) is timed
-through the same `ImagePipeline` the server uses.
+Through the HTTP server on the demo VLA (or --model-path), one stream at a time. The prompt puts
+the instruction before the image (`In: <instruction>\n<image>\nOut:`), so each round measures:
+
+* new frame: the vision tower encodes it (the instruction's prefix KV is reused);
+* repeated frame, same prompt: the radix prefix cache holds every image position, so neither the
+  vision tower nor the image prefill runs;
+* repeated frame, other instruction: the text before the image differs, so no prefix covers it;
+  the embedding cache skips the vision tower but the image positions are prefilled.
+
+Ratios are repeated/new in the same run; each request's image is checked against the node's own
+counts (`/get_server_info` mm.embedding_cache.images: prefix_cache, embedding_cache,
+vision_tower). In-process, the main process's cost per 640x480 JPEG frame (base64 + decode,
+hash, resize + normalise) is timed through the same `ImagePipeline` the server uses.
 
     python -m vla_server.bench multimodal [--rounds 20] [--model-path DIR]
 """
@@ -18,6 +27,7 @@ import io
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +43,24 @@ from vla_server.multimodal.preprocess import preprocess_image
 from vla_server.multimodal.preprocess_config import PreprocessConfig
 from vla_server.server_subprocess import ServerProcess, run_server
 
+PROMPT = "In: {instruction}\n<image>\nOut:"
 INSTRUCTIONS = (
     "What action should the robot take to pick up the red block?",
     "What action should the robot take to open the drawer?",
 )
-CASES = ("new frame", "repeated frame", "repeated frame, other instruction")
+# case -> (instruction index, the image source each of its requests must report)
+CASES = {
+    "new frame": (0, "vision_tower"),
+    "repeated frame, same prompt": (0, "prefix_cache"),
+    "repeated frame, other instruction": (1, "embedding_cache"),
+}
+SOURCES = ("prefix_cache", "embedding_cache", "vision_tower")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-path", default=None, help="an HF LLaVA folder (default: the demo)")
     p.add_argument("--rounds", type=int, default=20, help="new/repeated frame rounds (served)")
+    p.add_argument("--warmup-rounds", type=int, default=3, help="served rounds not measured")
     p.add_argument("--frames", type=int, default=100, help="frames timed in-process")
     p.add_argument("--width", type=int, default=640)
     p.add_argument("--height", type=int, default=480)
@@ -102,14 +120,16 @@ def unnorm_key(server: ServerProcess, wanted: str | None) -> str | None:
     return wanted or (actions["unnorm_keys"] or [None])[0]
 
 
-def mm_cache_counts(server: ServerProcess) -> dict[str, int]:
-    cache = httpx.get(server.url + "/get_server_info", timeout=30).json()["mm"]["embedding_cache"]
-    return {"hits": cache["hits"], "misses": cache["misses"]}
+async def image_sources(client: httpx.AsyncClient) -> dict[str, int]:
+    """The node's cumulative image counts by where the embeddings came from."""
+    info = (await client.get("/get_server_info")).json()
+    images = info["mm"]["embedding_cache"]["images"]
+    return {source: images[source] for source in SOURCES}
 
 
 def request_body(frame: str, instruction: str, key: str | None, num_actions: int) -> dict:
     return {
-        "text": instruction,
+        "text": PROMPT.format(instruction=instruction),
         "image_data": frame,
         "num_actions": num_actions,
         "unnorm_key": key,
@@ -117,17 +137,27 @@ def request_body(frame: str, instruction: str, key: str | None, num_actions: int
     }
 
 
+@dataclass
+class CaseRuns:
+    timings: list[StreamTiming] = field(default_factory=list)
+    sources: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SOURCES, 0))
+
+
 async def served_rounds(
     server: ServerProcess, frames: list[str], key: str | None, num_actions: int
-) -> dict[str, list[StreamTiming]]:
-    """Per frame, one stream at a time: the new frame, then the same frame twice more."""
-    out: dict[str, list[StreamTiming]] = {case: [] for case in CASES}
-    prompts = (INSTRUCTIONS[0], INSTRUCTIONS[0], INSTRUCTIONS[1])
+) -> dict[str, CaseRuns]:
+    """Per frame, one stream at a time: the new frame, then the same frame twice more. The
+    node's image counts are read between requests (outside the timed streams)."""
+    out = {case: CaseRuns() for case in CASES}
     async with httpx.AsyncClient(base_url=server.url, timeout=600) as client:
         for frame in frames:
-            for case, instruction in zip(CASES, prompts, strict=True):
-                body = request_body(frame, instruction, key, num_actions)
-                out[case].append(await timed_stream(client, body))
+            for case, (which, _) in CASES.items():
+                before = await image_sources(client)
+                body = request_body(frame, INSTRUCTIONS[which], key, num_actions)
+                out[case].timings.append(await timed_stream(client, body))
+                after = await image_sources(client)
+                for source in SOURCES:
+                    out[case].sources[source] += after[source] - before[source]
     return out
 
 
@@ -138,82 +168,95 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     shape = (args.width, args.height, args.jpeg_quality)
     print(f"model {path}; timing {args.frames} {args.width}x{args.height} JPEG frames ...")
     costs = pipeline_costs(path, camera_frames(args.frames, *shape, seed=1))
-    frames = camera_frames(args.rounds + 3, *shape, seed=2)
+    frames = camera_frames(args.rounds + args.warmup_rounds, *shape, seed=2)
     flags = list(args.server_args)
     if args.torch_threads:
         flags += ["--torch-num-threads", str(args.torch_threads)]
     with run_server(path, Path(tempfile.mkdtemp(prefix="vla-bench-mm-")), *flags) as server:
         key = unnorm_key(server, args.unnorm_key)
-        asyncio.run(served_rounds(server, frames[args.rounds :], key, args.num_actions))  # warm-up
-        before = mm_cache_counts(server)
+        warmup = frames[args.rounds :]
+        asyncio.run(served_rounds(server, warmup, key, args.num_actions))
         print(f"served: {args.rounds} rounds x {len(CASES)} requests, unnorm_key {key} ...")
         measured = frames[: args.rounds]
         served = asyncio.run(served_rounds(server, measured, key, args.num_actions))
-        after = mm_cache_counts(server)
-    cache = {k: after[k] - before[k] for k in before}
-    return report(args, path, served, costs, cache)
+    return report(args, path, served, costs)
 
 
-def served_rows(served: dict[str, list[StreamTiming]]) -> list[dict[str, Any]]:
-    rows = []
-    for case, timings in served.items():
-        ttft = summary_ms([t.ttft for t in timings])
-        ttfa = summary_ms([t.actions_at[0] for t in timings if t.actions_at])
-        cached = [t.last["meta_info"]["cached_tokens"] for t in timings if t.last]
-        rows.append(
-            {
-                "case": case,
-                "n": len(timings),
-                "ttft_p50": ttft["p50"],
-                "ttft_p90": ttft["p90"],
-                "ttft_p99": ttft["p99"],
-                "ttfa_p50": ttfa["p50"],
-                "ttfa_p90": ttfa["p90"],
-                "ttfa_p99": ttfa["p99"],
-                "cached_tokens_p50": float(np.median(cached)) if cached else float("nan"),
-            }
-        )
+def _ratio(value: float, base: float) -> float:
+    return value / base if base else float("nan")
+
+
+def case_row(case: str, runs: CaseRuns) -> dict[str, Any]:
+    """TTFT and time-to-first-action percentiles of one case, and the image sources the node
+    counted for its requests against the one the case must hit."""
+    timings = runs.timings
+    ttft = summary_ms([t.ttft for t in timings])
+    ttfa = summary_ms([t.actions_at[0] for t in timings if t.actions_at])
+    cached = [t.last["meta_info"]["cached_tokens"] for t in timings if t.last]
+    expected = CASES[case][1]
+    return {
+        "case": case,
+        "n": len(timings),
+        **{f"ttft_{q}": ttft[q] for q in ("p50", "p90", "p99")},
+        **{f"ttfa_{q}": ttfa[q] for q in ("p50", "p90", "p99")},
+        "cached_tokens_p50": float(np.median(cached)) if cached else float("nan"),
+        "expected_source": expected,
+        "sources": dict(runs.sources),
+        "sources_as_expected": runs.sources
+        == {s: len(timings) if s == expected else 0 for s in SOURCES},
+    }
+
+
+def served_rows(served: dict[str, CaseRuns]) -> list[dict[str, Any]]:
+    """One row per case; the repeated cases also get their P50/P99 ratios to the new frame."""
+    rows = [case_row(case, runs) for case, runs in served.items()]
     new = rows[0]
     for row in rows[1:]:
-        row["ttft_ratio_p50"] = row["ttft_p50"] / new["ttft_p50"]
-        row["ttfa_ratio_p50"] = row["ttfa_p50"] / new["ttfa_p50"]
+        for metric in ("ttft", "ttfa"):
+            for q in ("p50", "p99"):
+                row[f"{metric}_ratio_{q}"] = _ratio(row[f"{metric}_{q}"], new[f"{metric}_{q}"])
     return rows
 
 
 def report(
     args: argparse.Namespace,
     path: Path,
-    served: dict[str, list[StreamTiming]],
+    served: dict[str, CaseRuns],
     costs: dict[str, list[float]],
-    cache: dict[str, int],
 ) -> dict[str, Any]:
     rows = served_rows(served)
     stages = [{"stage": name, **summary_ms(values)} for name, values in costs.items()]
     print(f"\nmodel {path.name}: one stream at a time, {args.num_actions} action(s) per request")
-    print("TTFT / time-to-first-action in ms; ratio = case p50 / new-frame p50 (same run)")
-    cols = ["case", "n", "ttft_p50", "ttft_p90", "ttft_p99", "ttfa_p50", "ttfa_p90", "ttfa_p99"]
-    print(table(rows, [*cols, "ttft_ratio_p50", "ttfa_ratio_p50", "cached_tokens_p50"]))
-    print(
-        f"embedding cache over the measured rounds: {cache['hits']} hits, {cache['misses']} misses"
-    )
+    print("TTFT / time-to-first-action (TTFA) in ms; ratio = case / new frame (same run)")
+    latency = ["case", "n", "ttft_p50", "ttft_p99", "ttfa_p50", "ttfa_p99", "cached_tokens_p50"]
+    print(table(rows, latency))
+    ratios = [f"{m}_ratio_{q}" for m in ("ttft", "ttfa") for q in ("p50", "p99")]
+    print(table(rows[1:], ["case", *ratios]))
+    print("\nimages by source as the node counted them (/get_server_info), per case:")
+    for row in rows:
+        verdict = "as expected" if row["sources_as_expected"] else "NOT AS EXPECTED"
+        counts = ", ".join(f"{k} {v}" for k, v in row["sources"].items())
+        print(f"  {row['case']}: {counts} (expected {row['expected_source']}: {verdict})")
     print(f"\nmain-process cost per {args.width}x{args.height} JPEG frame (ms, in-process)")
     print(table(stages, ["stage", "n", "p50", "p90", "p99", "mean"]))
     result = {
         "model": str(path),
+        "prompt": PROMPT,
         "frame": {"width": args.width, "height": args.height, "jpeg_quality": args.jpeg_quality},
         "num_actions": args.num_actions,
         "served": rows,
-        "embedding_cache": cache,
         "pipeline_ms": stages,
     }
     write_json(args.out / f"multimodal-{path.name}.json", result)
     series: dict[str, list[float]] = {}
-    for case, timings in served.items():
-        series[f"TTFT, {case}"] = [t.ttft for t in timings]
-        series[f"TTFA, {case}"] = [t.actions_at[0] for t in timings if t.actions_at]
+    for case, runs in served.items():
+        series[f"TTFT, {case}"] = [t.ttft for t in runs.timings]
+        series[f"TTFA, {case}"] = [t.actions_at[0] for t in runs.timings if t.actions_at]
     series["JPEG frame: ImagePipeline.process"] = costs["total (ImagePipeline.process)"]
     plot_distributions(
-        args.out / f"multimodal-{path.name}.png", f"new vs repeated frame: {path.name}", series
+        args.out / f"multimodal-{path.name}.png",
+        f"new vs repeated frame (prefix / embedding cache): {path.name}",
+        series,
     )
     print(f"wrote {args.out}/multimodal-{path.name}.json and .png")
     return result

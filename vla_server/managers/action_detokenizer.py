@@ -3,7 +3,9 @@
 Every `action_dim` consecutive output tokens of an action request form one action; it is
 decoded and un-normalised the moment its last token arrives. A failure (a non-bin token, NaN
 statistics) is reported as an error, never turned into zeros: zero un-normalises to a
-mid-range command.
+mid-range command. A failed request stays failed: the scheduler may send more of its tokens
+before the front end's abort reaches it, and those are not decoded (they would also be grouped
+from the wrong offset).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from vla_server.multimodal.action_tokenizer import ActionDecodeError, ActionToke
 class _State:
     pending: list[int] = field(default_factory=list)
     count: int = 0
+    error: str | None = None
 
 
 @dataclass
@@ -36,7 +39,9 @@ class ActionDetokenizer:
     ) -> ActionStep:
         st = self.states.setdefault(rid, _State())
         out = ActionStep([], st.count)
-        if self.tokenizer is None:
+        if st.error is not None:
+            out.error = st.error
+        elif self.tokenizer is None:
             out.error = "this model has no action tokenizer"
         else:
             st.pending += new_ids
@@ -49,6 +54,7 @@ class ActionDetokenizer:
             except ActionDecodeError as e:
                 out.error = f"action {st.count}: {e}"
         out.count = st.count
-        if finished or out.error is not None:
+        st.error = out.error
+        if finished:
             self.states.pop(rid, None)
         return out

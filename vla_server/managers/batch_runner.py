@@ -1,7 +1,9 @@
 """One forward + sample of a scheduled batch; runs in the model worker thread.
 
 It reads only the batch and read-only request fields (prompt, images, sampling parameters,
-generator, vocabulary mask) and returns a BatchResult; the scheduler applies the result.
+generator, vocabulary mask) and returns a BatchResult; the scheduler applies the result. The one
+request field it writes is the prefill's image state (`Req.prefill_images`), which the scheduler
+touches only when no batch of the request is in flight.
 """
 
 from __future__ import annotations
@@ -52,10 +54,11 @@ class BatchRunner:
         return BatchResult(next_ids, logprobs, time.perf_counter() - t0)
 
     def _resolve_pending(self, batch: ScheduledBatch) -> list[list[int]]:
-        if batch.prev is None:
+        prev, batch.prev = batch.prev, None  # else each batch keeps every earlier one alive
+        if prev is None:
             return batch.tokens
         return [
-            [batch.prev.sampled[r] if t == PENDING else t for t in toks]
+            [prev.sampled[r] if t == PENDING else t for t in toks]
             for r, toks in zip(batch.reqs, batch.tokens, strict=True)
         ]
 
@@ -107,11 +110,13 @@ class BatchRunner:
             (r, lo, lo + len(t))
             for r, lo, t in zip(batch.reqs, batch.prefix_lens, tokens, strict=True)
         ]
-        images = [it for r, lo, hi in spans for it in r.mm_items if _overlap(it, lo, hi)]
-        if not images and all(r.input_embeds is None for r, _, _ in spans):
+        if self.embedder is not None:
+            # Also for chunks without image positions: it counts the images a prefix covered.
+            self.embedder.resolve(spans)
+        has_images = any(_overlap(it, lo, hi) for r, lo, hi in spans for it in r.mm_items)
+        if not has_images and all(r.input_embeds is None for r, _, _ in spans):
             return None, None
-        assert self.embedder is not None or not images
-        features = self.embedder.lookup(images) if images else {}
+        assert self.embedder is not None or not has_images
         n = sum(len(t) for t in tokens)
         embeds = torch.zeros((n, self.runner.config.hidden_size), dtype=self.runner.dtype)
         mask = torch.zeros(n, dtype=torch.bool)
@@ -122,6 +127,7 @@ class BatchRunner:
                 if lo < b:
                     embeds[off : off + b - lo] = r.input_embeds[lo:b]
                     mask[off : off + b - lo] = True
+            features = r.prefill_images.features
             for it in r.mm_items:
                 a, b = max(lo, it.offset), min(hi, it.offset + it.length)
                 if a < b:
@@ -129,6 +135,8 @@ class BatchRunner:
                         a - it.offset : b - it.offset
                     ]
                     mask[off + a - lo : off + b - lo] = True
+            if features:
+                r.prefill_images.drop_passed(r.mm_items, hi)
             off += hi - lo
         return embeds, mask
 

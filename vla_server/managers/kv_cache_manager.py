@@ -92,6 +92,7 @@ class KVCacheManager:
         req.req_pool_idx = None
         req.last_node = None
         req.kv_len = 0
+        req.prefill_images.reset()  # image features of an unfinished prefill go with its KV
 
     def flush(self) -> None:
         self.tree.reset()

@@ -132,6 +132,7 @@ class MultimodalFrontend:
             return 0
         if self.actions is None:
             raise RequestError("this model has no action tokenizer", "num_actions")
+        _check_no_stop(item)
         try:
             self.actions.resolve_unnorm_key(item.unnorm_key)
         except ActionDecodeError as e:
@@ -144,3 +145,16 @@ class MultimodalFrontend:
                 "num_actions",
             )
         return item.num_actions * self.actions.action_dim
+
+
+def _check_no_stop(item: GenerateItem) -> None:
+    """An action request ends after exactly num_actions actions: sampling is constrained to the
+    bin tokens, so a stop could only cut an action in half (and that half would be dropped)."""
+    params = item.sampling_params
+    for name in ("stop", "stop_token_ids"):
+        if getattr(params, name):
+            raise RequestError(
+                "cannot be combined with num_actions (an action request ends after num_actions "
+                "complete actions)",
+                f"sampling_params.{name}",
+            )

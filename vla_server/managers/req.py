@@ -11,6 +11,7 @@ import torch
 from vla_server.io_struct import Logprobs, MMItem, TokenizedGenerateReqInput
 from vla_server.mem_cache.radix_cache import TreeNode
 from vla_server.model.sampling import SamplingParams
+from vla_server.multimodal.prefill_images import PrefillImages
 
 # How many prompt ids ride along with a request's first output chunk as decoding context.
 DETOKENIZE_CONTEXT_IDS = 5
@@ -70,6 +71,8 @@ class Req:
     inflight: int = 0  # scheduled batches whose results are not processed yet
     num_retractions: int = 0
     prompt_scored_upto: int = 0  # prompt tokens [0, n) whose logprobs were reported
+    # Images resolved by this prefill, and features later chunks still need (model worker's).
+    prefill_images: PrefillImages = field(default_factory=PrefillImages)
 
     # streaming bookkeeping
     sent_output_len: int = 0

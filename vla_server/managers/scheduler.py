@@ -369,6 +369,7 @@ class Scheduler:
             prefix_hit_tokens=tree.stats.hit_tokens,
             prefix_queried_tokens=tree.stats.queried_tokens,
             num_retractions=self.num_retractions,
+            mm_prefix_cache_images=self.embedder.prefix_cached if self.embedder else 0,
         )
 
     def stream_output(self, reqs: list[Req]) -> None:

@@ -112,20 +112,6 @@ class SchedulerControl:
             return RpcReply(call_id=msg.call_id, success=False, message=str(e))
         return RpcReply(call_id=msg.call_id, success=True)
 
-    def _mm_cache_state(self) -> dict[str, Any] | None:
-        emb = self.s.embedder
-        if emb is None:
-            return None
-        st = emb.cache.stats()
-        return {
-            "hits": emb.hits,
-            "misses": emb.misses,
-            "items": st.items,
-            "bytes": st.bytes,
-            "budget_bytes": st.budget_bytes,
-            "evictions": st.evictions,
-        }
-
     def internal_state(self, msg: GetInternalStateReq) -> RpcReply:
         s, kv = self.s, self.s.kv
         tree = kv.tree
@@ -152,6 +138,6 @@ class SchedulerControl:
                 "open_sessions": len(s.sessions.sessions),
                 "paused": s.paused,
                 "weight_version": self.weight_version,
-                "mm_embedding_cache": self._mm_cache_state(),
+                "mm_embedding_cache": None if s.embedder is None else s.embedder.state(),
             },
         )
