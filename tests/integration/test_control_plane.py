@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import threading
 import time
+from collections.abc import AsyncIterator
 
 import torch
 
@@ -60,6 +63,63 @@ def test_update_weights_from_disk_serves_the_new_weights(llama_path, tmp_path):
         # a refused update keeps the previous weights
         again = c.post("/generate", json={"input_ids": PROMPT, "sampling_params": GREEDY}).json()
         assert again["output_ids"] == after["output_ids"]
+
+
+UPDATE_STREAM_TOKENS = 480  # long enough to be in flight when the update arrives
+WAITS_LOG = "waits for 1 in-flight request(s) to finish"
+
+
+async def _next_chunk(lines: AsyncIterator[str]) -> dict:
+    async for line in lines:
+        if line.startswith("data: {"):
+            return json.loads(line[len("data: ") :])
+    raise AssertionError("the stream ended without a chunk")
+
+
+async def _log_shows(server, text: str) -> None:
+    deadline = time.monotonic() + 60
+    while text not in server.log():
+        assert time.monotonic() < deadline, f"never logged {text!r}"
+        await asyncio.sleep(0.01)
+
+
+async def _update_during_stream(server, model_path: str) -> tuple[list[dict], dict, dict]:
+    """A long stream; while it runs, a weight update and then one more request are sent."""
+    sampling = {**GREEDY, "max_new_tokens": UPDATE_STREAM_TOKENS}
+    body = {"input_ids": PROMPT, "stream": True, "sampling_params": sampling}
+    async with server.async_client() as c, c.stream("POST", "/generate", json=body) as r:
+        lines = r.aiter_lines()
+        chunks = [await _next_chunk(lines)]
+        update = asyncio.create_task(
+            c.post("/update_weights_from_disk", json={"model_path": model_path})
+        )
+        await _log_shows(server, WAITS_LOG)  # it arrived while the stream held its share
+        later = asyncio.create_task(
+            c.post("/generate", json={"input_ids": PROMPT, "sampling_params": GREEDY})
+        )
+        async for line in lines:
+            if line.startswith("data: {"):
+                chunks.append(json.loads(line[len("data: ") :]))
+        return chunks, (await update).json(), (await later).json()
+
+
+def test_update_weights_waits_for_the_inflight_stream(llama_path, tmp_path):
+    """The update waits for the response in flight instead of being refused or cutting it.
+
+    The scheduler refuses an update while any request runs, so the update's success with the
+    stream in flight when it came (the log line) shows it waited for the stream's end; every
+    streamed token is transformers' on the old weights; a request sent while the update waited
+    queues behind it (a waiting writer blocks new readers) and gets the new weights.
+    """
+    other = make_llama(seed=5)
+    with run_server(llama_path, tmp_path, "--max-total-tokens", "2048") as server:
+        chunks, update, later = asyncio.run(_update_during_stream(server, str(other)))
+    assert update["success"] and update["weight_version"] == 1, update
+    streamed = [t for ch in chunks for t in ch["output_ids"]]
+    assert streamed == hf_greedy(llama_path, PROMPT, UPDATE_STREAM_TOKENS)
+    assert chunks[-1]["meta_info"]["finish_reason"]["type"] == "length"
+    assert later["output_ids"] == hf_greedy(other, PROMPT, 16)
+    assert later["output_ids"] != streamed[:16]
 
 
 def test_pause_abort_mode_and_continue(server):

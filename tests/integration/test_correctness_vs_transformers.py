@@ -1,9 +1,12 @@
 """Greedy generation through the HTTP server equals transformers' own `generate`, token for
-token, for 8 concurrent prompts of different lengths; logprobs match within 1e-3 (fp32)."""
+token, for 8 concurrent prompts of 8 different lengths; logprobs and top-2 logprobs (output and
+prompt) match within 1e-3 (fp32). A divergence is excused only at a near-tie of the reference's
+top-2 logits; it ends the token comparison for that prompt and is reported as a warning."""
 
 from __future__ import annotations
 
 import asyncio
+import warnings
 
 import pytest
 import torch
@@ -13,6 +16,7 @@ from tests.tiny_checkpoints import make_llama, make_qwen2
 
 NEW_TOKENS = 64
 LOGPROB_TOL = 1e-3
+TOP_K = 2  # top logprobs asked for, per output step and per prompt token
 TIE_GAP = 1e-3  # a divergence is excusable only where the reference's top-2 gap is below this
 PROMPTS = [
     "pick",
@@ -20,7 +24,7 @@ PROMPTS = [
     "Move the arm to the left of the blue bowl, then open the gripper slowly.",
     "step 12 joint 5 value 4.44",
     "What object is near the camera? Push the drawer and lift the cup towards the plate.",
-    "Rotate",
+    "Rotate the arm",
     "Place the green block on the yellow plate and release it near the table edge, then "
     "move the robot arm away from the drawer and close the gripper quickly.",
     "stack the ball into the cup",
@@ -72,7 +76,7 @@ async def _generate_all(server: object, prompts: list[list[int]]) -> list[dict]:
                     },
                     "return_logprob": True,
                     "logprob_start_len": 0,
-                    "top_logprobs_num": 2,
+                    "top_logprobs_num": TOP_K,
                 },
             )
             assert r.status_code == 200, r.text
@@ -81,10 +85,27 @@ async def _generate_all(server: object, prompts: list[list[int]]) -> list[dict]:
         return await asyncio.gather(*(one(p) for p in prompts))
 
 
-def _compare(ref: dict, out: dict, prompt: list[int]) -> list[str]:
-    notes = []
+def _check_top(got: list[list], ref_logprobs: torch.Tensor, where: str) -> None:
+    """The server's top-k (logprob, id, text) entries against the reference distribution.
+
+    Each returned value must be the reference's logprob of that id, and the values must be the
+    reference's top-k values rank by rank; ids are compared through their values, so two
+    candidates tied within the tolerance may come in either order.
+    """
+    assert len(got) == TOP_K, f"{where}: {len(got)} top logprobs, asked for {TOP_K}"
+    want = torch.topk(ref_logprobs, TOP_K).values.tolist()
+    assert len({tid for _, tid, _ in got}) == TOP_K, f"{where}: repeated ids {got}"
+    for rank, (lp, tid, _) in enumerate(got):
+        assert abs(lp - float(ref_logprobs[tid])) < LOGPROB_TOL, f"{where}: id {tid}"
+        assert abs(lp - want[rank]) < LOGPROB_TOL, f"{where}: rank {rank} is id {tid}"
+
+
+def _compare_outputs(ref: dict, out: dict) -> str | None:
+    """Tokens, logprobs and top-2 logprobs step by step; a near-tie divergence ends the
+    comparison (the continuations may then differ legitimately) and is returned as a note."""
     got = out["output_ids"]
     assert len(got) == NEW_TOKENS
+    meta = out["meta_info"]
     for step, (a, b) in enumerate(zip(got, ref["tokens"], strict=True)):
         if a != b:
             top2 = torch.topk(ref["step_logits"][step], 2).values
@@ -92,38 +113,46 @@ def _compare(ref: dict, out: dict, prompt: list[int]) -> list[str]:
             assert gap < TIE_GAP, (
                 f"token {step}: server {a} vs transformers {b}, top-2 gap {gap:.2e}"
             )
-            notes.append(
-                f"excused divergence at token {step}: reference top-2 gap {gap:.2e} < {TIE_GAP}"
-            )
-            return notes  # after a legitimate tie the continuations may differ
-        lp = out["meta_info"]["output_token_logprobs"][step]
+            return f"excused divergence at token {step}: reference top-2 gap {gap:.2e} < {TIE_GAP}"
+        lp = meta["output_token_logprobs"][step]
         assert lp[1] == a
         assert abs(lp[0] - float(ref["step_logprobs"][step, a])) < LOGPROB_TOL
-    inputs = out["meta_info"]["input_token_logprobs"]
+        _check_top(meta["output_top_logprobs"][step], ref["step_logprobs"][step], f"step {step}")
+    return None
+
+
+def _compare_prompt(ref: dict, out: dict, prompt: list[int]) -> None:
+    """Prompt logprobs (and their top-2) do not depend on the sampled tokens: always checked."""
+    meta = out["meta_info"]
+    inputs = meta["input_token_logprobs"]
     assert [t for _, t, _ in inputs] == prompt
     assert inputs[0][0] is None
+    assert meta["input_top_logprobs"][0] == []
     for i in range(1, len(prompt)):
         want = float(ref["prompt_logprobs"][i - 1, prompt[i]])
         assert abs(inputs[i][0] - want) < LOGPROB_TOL, f"prompt token {i}"
-    return notes
+        _check_top(meta["input_top_logprobs"][i], ref["prompt_logprobs"][i - 1], f"prompt {i}")
 
 
 @pytest.mark.parametrize("make", [make_llama, make_qwen2], ids=["llama-gqa", "qwen2-bias-tied"])
-def test_greedy_matches_transformers(make, tmp_path):
+def test_greedy_matches_transformers(make, tmp_path, record_property):
     from transformers import AutoTokenizer
 
     path = make()
     tok = AutoTokenizer.from_pretrained(path)
     prompts = [tok(p)["input_ids"] for p in PROMPTS]
-    assert len({len(p) for p in prompts}) >= 6, "prompts must have different lengths"
+    assert len({len(p) for p in prompts}) == len(PROMPTS), "prompts must have different lengths"
     refs = hf_reference(path, prompts)
     with run_server(
         path, tmp_path, "--max-running-requests", "8", "--max-total-tokens", "4096"
     ) as server:
         outs = asyncio.run(_generate_all(server, prompts))
-    notes = []
-    for ref, out, prompt in zip(refs, outs, prompts, strict=True):
-        notes += _compare(ref, out, prompt)
+    for i, (ref, out, prompt) in enumerate(zip(refs, outs, prompts, strict=True)):
+        _compare_prompt(ref, out, prompt)
+        note = _compare_outputs(ref, out)
+        if note is not None:
+            # An excused divergence is not a failure, but it must show in pytest's summary.
+            record_property(f"divergence_prompt_{i}", note)
+            warnings.warn(f"prompt {i}: {note}", stacklevel=1)
     distinct = {tuple(o["output_ids"]) for o in outs}
     assert len(distinct) >= 6, "outputs should depend on the prompt"
-    print("\n".join(notes) or "all 8 prompts identical to transformers for 64 tokens")

@@ -1,34 +1,74 @@
-"""The node as processes: three of them, a dead child takes the node down, SIGTERM leaves
-nothing behind, and nothing on a socket is ever unpickled."""
+"""The node as processes: three of them, a dead child takes the node down, SIGTERM and SIGINT
+drain in-flight requests and exit 0 leaving nothing behind, and nothing on a socket is ever
+unpickled."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import multiprocessing as mp
 import os
 import pickle
 import shutil
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 import zmq
 
-from tests.server_process import run_server
+from tests.server_process import ServerProcess, run_server
 from vla_server.entrypoints.engine import StartupError, wait_for_scheduler_ready
 
 ARGS = ("--max-total-tokens", "2048")
 
 
-def _names(procs: list[psutil.Process]) -> set[str]:
-    return {p.name() for p in procs}
+TRACKER_CMD = "from multiprocessing.resource_tracker import main"
+
+
+def _node_processes(server: ServerProcess) -> list[psutil.Process]:
+    """The main process and every descendant of it but Python's resource tracker.
+
+    The tracker is not a node process: multiprocessing's spawn start method (the one the node
+    uses, as torch and zmq threads rule out fork) launches it with the first child, to clean
+    up semaphores a child leaves behind. It is recognised by its command line, and there must be
+    exactly one, a direct child of the main process, so that it cannot hide anything else.
+    """
+    main = psutil.Process(server.proc.pid)
+    kids = main.children(recursive=True)
+    trackers = [k for k in kids if TRACKER_CMD in " ".join(k.cmdline())]
+    assert len(trackers) == 1 and trackers[0].ppid() == main.pid, trackers
+    return [main, *(k for k in kids if k not in trackers)]
+
+
+def _all_processes(server: ServerProcess) -> list[psutil.Process]:
+    """The main process and all its descendants, the resource tracker too: none may survive."""
+    main = psutil.Process(server.proc.pid)
+    return [main, *main.children(recursive=True)]
+
+
+def _assert_left_nothing(everyone: list[psutil.Process], ipc_dir: Path) -> None:
+    _, alive = psutil.wait_procs(everyone, timeout=5)
+    assert not alive, f"left behind: {alive}"
+    assert not ipc_dir.exists()
 
 
 def test_exactly_three_processes_and_sigterm_leaves_nothing(llama_path, tmp_path):
     with run_server(llama_path, tmp_path, *ARGS) as server:
-        children = server.node_children()
-        assert _names(children) == {"vla-scheduler", "vla-detokenizer"}, _names(children)
+        # /health waits only for the scheduler's handshake (as SGLang); the detokenizer may
+        # bind its socket a little later, so one round trip through all three comes first.
+        with server.client() as c:
+            assert c.post("/generate", json={"input_ids": [85, 289]}).status_code == 200
+        procs = _node_processes(server)
+        main, children = procs[0], procs[1:]
+        assert "vla_server.entrypoints.cli" in " ".join(main.cmdline())
+        # a list, not a set: a second scheduler or detokenizer must fail this
+        assert sorted(p.name() for p in children) == ["vla-detokenizer", "vla-scheduler"]
+        assert all(p.ppid() == main.pid for p in children), "a child started a process"
+        assert len(procs) == 3
         ipc_dir = server.ipc_dir()
         assert ipc_dir.stat().st_mode & 0o777 == 0o700
         assert sorted(p.name for p in ipc_dir.iterdir()) == [
@@ -37,16 +77,84 @@ def test_exactly_three_processes_and_sigterm_leaves_nothing(llama_path, tmp_path
             "scheduler_input",
             "tokenizer",
         ]
-        everyone = [
-            psutil.Process(server.proc.pid),
-            *psutil.Process(server.proc.pid).children(recursive=True),
-        ]
+        everyone = _all_processes(server)
         server.proc.send_signal(signal.SIGTERM)
-        code = server.wait_exit(15)
-        assert code is not None, "SIGTERM did not stop the node"
-        gone, alive = psutil.wait_procs(everyone, timeout=5)
-        assert not alive, f"left behind: {alive}"
-        assert not ipc_dir.exists()
+        assert server.wait_exit(15) == 0, "SIGTERM should stop an idle node with exit code 0"
+        _assert_left_nothing(everyone, ipc_dir)
+
+
+DRAIN_TOKENS = 480  # long enough to be mid-stream when the signal lands, within the context
+
+
+def _stream_body() -> dict:
+    sampling = {"max_new_tokens": DRAIN_TOKENS, "temperature": 0, "ignore_eos": True}
+    return {"input_ids": [85, 289], "stream": True, "sampling_params": sampling}
+
+
+def _read_events(lines: Iterator[str]) -> tuple[list[dict], bool]:
+    """The SSE chunks and whether `[DONE]` came; a connection cut mid-body ends the list."""
+    chunks, done = [], False
+    with contextlib.suppress(httpx.RemoteProtocolError, httpx.ReadError):
+        for line in lines:
+            if line == "data: [DONE]":
+                done = True
+            elif line.startswith("data: "):
+                chunks.append(json.loads(line[len("data: ") :]))
+    return chunks, done
+
+
+def _running_reqs(server: ServerProcess) -> int:
+    with server.client() as c:
+        return c.get("/get_server_info").json()["internal_states"][0]["num_running_reqs"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
+def test_signal_drains_an_inflight_stream_to_its_end_and_exits_0(llama_path, tmp_path, sig):
+    """Drain policy: a request in flight when the signal arrives runs to its end (within
+    --graceful-shutdown-timeout, generous here), then the node stops and exits 0."""
+    with (
+        run_server(llama_path, tmp_path, *ARGS, "--graceful-shutdown-timeout", "300") as server,
+        server.client() as c,
+        c.stream("POST", "/generate", json=_stream_body()) as r,
+    ):
+        assert r.status_code == 200
+        everyone = _all_processes(server)
+        ipc_dir = server.ipc_dir()
+        lines = r.iter_lines()
+        first = json.loads(next(line for line in lines if line.startswith("data: "))[6:])
+        assert _running_reqs(server) == 1, "the request ended before the signal"
+        server.proc.send_signal(sig)
+        chunks, done = _read_events(lines)
+    chunks.insert(0, first)
+    assert done, "the stream was cut instead of drained"
+    assert chunks[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": DRAIN_TOKENS}
+    assert sum(len(ch["output_ids"]) for ch in chunks) == DRAIN_TOKENS
+    assert server.wait_exit(60) == 0
+    _assert_left_nothing(everyone, ipc_dir)
+    assert "node stopped" in server.log()
+
+
+def test_signal_aborts_a_stream_still_running_after_the_grace_period(llama_path, tmp_path):
+    """A request that cannot finish within --graceful-shutdown-timeout (generation is paused
+    here) is cut off: its stream ends without a final chunk or [DONE]; the exit is still 0."""
+    with (
+        run_server(llama_path, tmp_path, *ARGS, "--graceful-shutdown-timeout", "1") as server,
+        server.client() as c,
+        c.stream("POST", "/generate", json=_stream_body()) as r,
+    ):
+        assert r.status_code == 200
+        everyone = _all_processes(server)
+        ipc_dir = server.ipc_dir()
+        lines = r.iter_lines()
+        next(line for line in lines if line.startswith("data: "))
+        with server.client() as ctl:
+            assert ctl.post("/pause_generation", json={"mode": "in_place"}).json()["success"]
+        server.proc.send_signal(signal.SIGTERM)
+        chunks, done = _read_events(lines)
+    assert not done
+    assert all(ch["meta_info"]["finish_reason"] is None for ch in chunks)
+    assert server.wait_exit(60) == 0
+    _assert_left_nothing(everyone, ipc_dir)
 
 
 @pytest.mark.parametrize("victim", ["vla-scheduler", "vla-detokenizer"])
@@ -74,14 +182,32 @@ class _Exploit:
         return (os.system, (f"touch {self.marker}",))
 
 
+# Every ipc endpoint of the node: a socket type its binder accepts as a peer, and the channel
+# name its receiver logs a dropped frame under. The rpc endpoint is a DEALER bound by the
+# TokenizerManager (the scheduler connects the other DEALER).
+ENDPOINTS = {
+    "scheduler_input": (zmq.PUSH, "scheduler"),
+    "detokenizer": (zmq.PUSH, "detokenizer"),
+    "tokenizer": (zmq.PUSH, "tokenizer"),
+    "rpc": (zmq.DEALER, "rpc"),
+}
+
+
+def _dropped_on_every_endpoint(log: str) -> bool:
+    return all(
+        f"dropped a malformed message on the {channel} socket" in log
+        for _, channel in ENDPOINTS.values()
+    )
+
+
 def test_pickle_payloads_are_rejected_not_executed(llama_path, tmp_path):
     marker = tmp_path / "unpickled"
     with run_server(llama_path, tmp_path, *ARGS) as server:
         ipc_dir = server.ipc_dir()
         ctx = zmq.Context()
         try:
-            for name in ("scheduler_input", "detokenizer", "tokenizer"):
-                sock = ctx.socket(zmq.PUSH)
+            for name, (kind, _) in ENDPOINTS.items():
+                sock = ctx.socket(kind)
                 sock.setsockopt(zmq.LINGER, 1000)
                 sock.connect(f"ipc://{ipc_dir / name}")
                 sock.send(pickle.dumps(_Exploit(marker)))
@@ -90,11 +216,13 @@ def test_pickle_payloads_are_rejected_not_executed(llama_path, tmp_path):
             ctx.term()
         with server.client() as c:
             deadline = time.monotonic() + 10
-            while server.log().count("dropped a malformed message") < 3:
-                assert time.monotonic() < deadline
+            while not _dropped_on_every_endpoint(server.log()):
+                assert time.monotonic() < deadline, server.log_tail()
                 time.sleep(0.05)
             r = c.post("/generate", json={"text": "pick", "sampling_params": {"max_new_tokens": 4}})
             assert r.status_code == 200
+            # the control plane still answers: the rpc channel survived its bad frame
+            assert c.get("/get_server_info").status_code == 200
         assert server.proc.poll() is None
     assert not marker.exists()
 

@@ -6,6 +6,7 @@ import asyncio
 import hmac
 import logging
 import os
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from multiprocessing.process import BaseProcess
@@ -90,8 +91,8 @@ def create_app(node: Node) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         tm.ensure_loops()
         yield
-        # Runs after uvicorn has drained in-flight requests. uvicorn re-raises the captured
-        # SIGTERM/SIGINT once it returns, so the node must be stopped here, not after run().
+        # Runs after uvicorn has drained in-flight requests (see run_server); the node stops
+        # here, so that it is down before uvicorn re-delivers the signal it drained for.
         node.shutdown()
         logger.info("node stopped")
 
@@ -263,19 +264,34 @@ def _exit_on_child_death(node: Node) -> Any:
     return on_death
 
 
+def _exit_0_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(0)
+
+
 def run_server(server_args: ServerArgs) -> None:
+    """Serve until SIGTERM or SIGINT, then drain and exit 0.
+
+    The drain is uvicorn's graceful shutdown: no new connections, in-flight requests (streams
+    too) run to their end for up to --graceful-shutdown-timeout seconds, then the ones still
+    running are cancelled, which aborts them in the scheduler; then the lifespan stops the node.
+    uvicorn re-delivers the signal it drained for to the handler installed before it (the
+    default one would make the exit code -15 or a KeyboardInterrupt), so the handlers set here
+    turn that into a clean exit 0. They also make a signal during start-up a clean stop.
+    """
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _exit_0_on_signal)
     node = launch_node(server_args)
-    node.start_watchdog(_exit_on_child_death(node))
-    app = create_app(node)
-    config = uvicorn.Config(
-        app,
-        host=server_args.host,
-        port=server_args.port,
-        log_level=server_args.log_level,
-        timeout_graceful_shutdown=int(server_args.graceful_shutdown_timeout),
-        access_log=False,
-    )
     try:
+        node.start_watchdog(_exit_on_child_death(node))
+        app = create_app(node)
+        config = uvicorn.Config(
+            app,
+            host=server_args.host,
+            port=server_args.port,
+            log_level=server_args.log_level,
+            timeout_graceful_shutdown=int(server_args.graceful_shutdown_timeout),
+            access_log=False,
+        )
         uvicorn.Server(config).run()
     finally:
-        node.shutdown()  # idempotent; covers a failure before the lifespan ran
+        node.shutdown()  # idempotent; covers a failure or a signal before the lifespan ran

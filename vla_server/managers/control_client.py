@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from typing import TYPE_CHECKING, Any
 
 import zmq.asyncio
@@ -27,6 +28,8 @@ from vla_server.managers.session_registry import parse_open_session
 
 if TYPE_CHECKING:
     from vla_server.managers.tokenizer_manager import TokenizerManager
+
+logger = logging.getLogger(__name__)
 
 PAUSE_MODES = ("abort", "retract", "in_place")
 
@@ -96,6 +99,14 @@ class ControlClient:
     async def update_weights_from_disk(self, model_path: str) -> RpcReply:
         if self.tm.is_pause:
             return await self.call(UpdateWeightsFromDiskReq, model_path=model_path)
+        in_flight = self.tm.model_update_lock.readers
+        if in_flight:
+            # An operator waiting on the update should see why it has not happened yet.
+            logger.info(
+                "weight update from %s waits for %d in-flight request(s) to finish",
+                model_path,
+                in_flight,
+            )
         async with self.tm.model_update_lock.writer():
             return await self.call(UpdateWeightsFromDiskReq, model_path=model_path)
 

@@ -54,7 +54,7 @@ from vla_server.server_args import PortArgs, ServerArgs
 
 logger = logging.getLogger(__name__)
 
-BACKLOG_WARN_CHUNKS = 20
+BACKLOG_WARN_CHUNKS = 20  # warn when a consumer is more than this many chunks behind
 DISCONNECT_POLL_S = 0.5
 
 
@@ -113,8 +113,7 @@ class TokenizerManager:
         s = msg.stats
         self.metrics.num_running.set(s.num_running_reqs)
         self.metrics.num_waiting.set(s.num_waiting_reqs)
-        self.metrics.mm_cache_hits.set(s.mm_cache_hits)
-        self.metrics.mm_cache_misses.set(s.mm_cache_misses)
+        self.metrics.observe_mm(s)
         self.metrics.kv_used.set(s.kv_used_tokens)
         self.metrics.kv_cached.set(s.kv_cached_tokens)
         self.metrics.retractions.set(s.num_retractions)
@@ -332,13 +331,7 @@ class TokenizerManager:
                 if not st.out_list:
                     continue
                 chunks, st.out_list = st.out_list, []
-                if len(chunks) >= BACKLOG_WARN_CHUNKS:
-                    logger.warning(
-                        "streaming backlog: %d chunks queued for rid %s; the consumer is slow and "
-                        "this shows up as P99 inter-token latency",
-                        len(chunks),
-                        st.rid,
-                    )
+                _warn_backlog(st.rid, len(chunks))
                 out = coalesce(chunks) if stream else chunks[-1]
                 if st.finished:
                     finals[st.item.index] = out
@@ -407,3 +400,15 @@ class TokenizerManager:
 
 class ClientDisconnected(Exception):
     pass
+
+
+def _warn_backlog(rid: str, queued: int) -> None:
+    """A consumer more than BACKLOG_WARN_CHUNKS chunks behind is worth a warning: it is what
+    shows up as P99 inter-token latency at the client."""
+    if queued > BACKLOG_WARN_CHUNKS:
+        logger.warning(
+            "streaming backlog: %d chunks queued for rid %s; the consumer is slow and this "
+            "shows up as P99 inter-token latency",
+            queued,
+            rid,
+        )
