@@ -21,9 +21,11 @@ from tests.integration.sched_helpers import (
     json_of,
     meta,
     metric,
+    pause,
     resume,
     saturate,
     wait_idle,
+    wait_pending,
     wait_until,
 )
 from tests.server_process import run_server
@@ -116,6 +118,24 @@ async def test_a_request_that_can_make_its_deadline_is_not_ended(node):
         )
     assert finish_type(out) == "length"
     assert meta(out)["completion_tokens"] == NEW
+
+
+async def test_the_deadline_counts_from_receipt_not_from_the_end_of_a_pause(node):
+    """deadline_ms without capture_time starts when the node receives the request: held by a
+    pause past it, the request ends with `deadline` on resume instead of running (given after
+    the pause, the same deadline would be 3x what the request needs)."""
+    async with node.async_client() as c:
+        deadline_s = 3 * NEW * await per_token_seconds(c)
+        await pause(c, "in_place")
+        task = asyncio.create_task(
+            c.post("/generate", json=body(prompt(11), NEW, deadline_ms=deadline_s * 1e3))
+        )
+        await wait_pending(c, 1)
+        await asyncio.sleep(1.5 * deadline_s)  # the deadline passes while the node is paused
+        await resume(c)
+        out = await json_of(task)
+    assert finish_type(out) == "deadline"
+    assert meta(out)["completion_tokens"] == 0
 
 
 async def test_newer_frames_supersede_older_waiting_ones(node):

@@ -25,6 +25,7 @@ class ReqState:
     event: asyncio.Event = field(default_factory=asyncio.Event)
     out_list: list[dict[str, Any]] = field(default_factory=list)
     created: float = field(default_factory=time.perf_counter)
+    received: float = field(default_factory=time.time)  # wall clock: deadline_ms counts from it
     finished: bool = False
     dispatched: bool = False
     abort_sent: bool = False

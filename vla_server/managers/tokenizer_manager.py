@@ -229,7 +229,7 @@ class TokenizerManager:
         try:
             await self._wait_unpaused()
             async with self.model_update_lock.reader():
-                msgs = [await self._tokenize(it) for it in items]
+                msgs = [await self._tokenize(st.item, st.received) for st in states]
                 self._send(msgs, states)
                 async for out in self._wait_responses(states, request, is_batch):
                     yield out
@@ -262,7 +262,9 @@ class TokenizerManager:
         self.limits = ModelLimits(info["vocab_size"], info["hidden_size"], info["context_len"])
         self.mm = MultimodalFrontend(self.args, self.tokenizer, info)
 
-    async def _tokenize(self, item: GenerateItem) -> TokenizedGenerateReqInput:
+    async def _tokenize(self, item: GenerateItem, received: float) -> TokenizedGenerateReqInput:
+        """The wire request; `received` (the request's arrival, before any pause wait and image
+        decoding) is when a `deadline_ms` without `capture_time` starts counting."""
         assert self.limits is not None
         self.sessions.apply(item)
         embeds = None
@@ -288,7 +290,6 @@ class TokenizerManager:
             raise RequestError(
                 f"must be smaller than the prompt length {len(ids)}", field="logprob_start_len"
             )
-        received = time.time()
         deadline = None
         if item.deadline_ms is not None:
             deadline = (item.capture_time or received) + item.deadline_ms / 1000
