@@ -84,24 +84,31 @@ def launch_node(server_args: ServerArgs) -> Node:
     args = resolve_model_path(server_args)
     port_args = PortArgs.init_new()
     ctx = mp.get_context("spawn")
-    reader, writer = ctx.Pipe(duplex=False)
+    sched_reader, sched_writer = ctx.Pipe(duplex=False)
+    detok_reader, detok_writer = ctx.Pipe(duplex=False)
     parent = os.getpid()
     sched = ctx.Process(
-        target=run_scheduler_process, args=(args, port_args, writer, parent), name="scheduler"
+        target=run_scheduler_process,
+        args=(args, port_args, sched_writer, parent),
+        name="scheduler",
     )
     detok = ctx.Process(
-        target=run_detokenizer_process, args=(args, port_args, parent), name="detokenizer"
+        target=run_detokenizer_process,
+        args=(args, port_args, detok_writer, parent),
+        name="detokenizer",
     )
     procs: list[BaseProcess] = [sched, detok]
     tm = None
     try:
         sched.start()
-        writer.close()
+        sched_writer.close()
         detok.start()
+        detok_writer.close()
         tm = TokenizerManager(
             args, port_args, AutoTokenizer.from_pretrained(args.resolved_tokenizer_path())
         )
-        info = wait_for_scheduler_ready(reader, procs)
+        info = wait_for_ready(sched_reader, sched, procs)
+        wait_for_ready(detok_reader, detok, procs)
         tm.set_model_info(info)
     except BaseException:
         stop_processes(procs)
@@ -118,7 +125,11 @@ def launch_node(server_args: ServerArgs) -> Node:
     return Node(args, port_args, tm, procs, info)
 
 
-def wait_for_scheduler_ready(reader: Connection, procs: list[BaseProcess]) -> dict[str, Any]:
+def wait_for_ready(
+    reader: Connection, child: BaseProcess, procs: list[BaseProcess]
+) -> dict[str, Any]:
+    """The ready message `child` writes once started; a death of any of `procs` first fails
+    start-up at once with its exit code (no hang)."""
     while True:
         try:
             if reader.poll(READY_POLL_S):
@@ -134,11 +145,12 @@ def wait_for_scheduler_ready(reader: Connection, procs: list[BaseProcess]) -> di
                 f"{dead.name} process exited with code {dead.exitcode} during start-up"
             )
     if info is None:
-        sched = procs[0]
-        sched.join(2)
-        raise StartupError(f"scheduler process exited with code {sched.exitcode} during start-up")
+        child.join(2)
+        raise StartupError(
+            f"{child.name} process exited with code {child.exitcode} during start-up"
+        )
     if info.get("status") != "ready":
-        raise StartupError(f"scheduler failed to start: {info.get('message')}")
+        raise StartupError(f"{child.name} failed to start: {info.get('message')}")
     return info
 
 

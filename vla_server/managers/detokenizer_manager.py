@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from multiprocessing.connection import Connection
 
 import zmq
 
@@ -109,11 +110,23 @@ class DetokenizerManager:
                 self.send_sock.send(encode(self.handle(msg)))
 
 
-def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs, parent_pid: int) -> None:
+def run_detokenizer_process(
+    server_args: ServerArgs, port_args: PortArgs, ready_pipe: Connection, parent_pid: int
+) -> None:
+    """Reports ready once its sockets are up, so the node never answers /health before the
+    path back to the clients exists."""
     become_child_process("vla-detokenizer")
     configure_logging(server_args.log_level)
     try:
-        DetokenizerManager(server_args, port_args).event_loop(parent_pid)
+        manager = DetokenizerManager(server_args, port_args)
+    except Exception as e:
+        logger.exception("detokenizer failed to start")
+        ready_pipe.send({"status": "error", "message": f"{type(e).__name__}: {e}"})
+        sys.exit(1)
+    ready_pipe.send({"status": "ready"})
+    ready_pipe.close()
+    try:
+        manager.event_loop(parent_pid)
     except Exception:
         logger.exception("detokenizer crashed")
         sys.exit(1)
