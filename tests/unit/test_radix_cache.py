@@ -163,20 +163,6 @@ class RadixCacheMachine(RuleBasedStateMachine):
         self.model.insert(req.key, req.row)
 
     @precondition(lambda self: self.reqs)
-    @rule(i=st.integers(0, 99), cut=st.integers(0, 12))
-    def checkpoint(self, i: int, cut: int) -> None:
-        req = self.reqs[i % len(self.reqs)]
-        end = req.locked_len + cut % (len(req.key) - req.locked_len + 1)
-        key = req.key[:end]
-        new_indices, node = self.cache.cache_unfinished(key, slots(req.row[:end]), req.node)
-        self.model.insert(key, req.row[:end])
-        self.model.touch(key, end)
-        assert new_indices.tolist() == self.model.match(key)
-        assert self.cache.prefix_len(node) == end
-        req.row[:end] = new_indices.tolist()
-        req.locked_len, req.node = end, node
-
-    @precondition(lambda self: self.reqs)
     @rule(i=st.integers(0, 99))
     def abort(self, i: int) -> None:
         self.release(self.reqs[i % len(self.reqs)])
@@ -338,24 +324,6 @@ def test_two_requests_computing_the_same_prompt_free_the_duplicate() -> None:
     assert cache.evictable_size() == 3 and cache.protected_size() == 0
 
 
-def test_cache_unfinished_substitutes_tree_slots_and_moves_the_lock() -> None:
-    alloc = TokenSlotAllocator(8)
-    cache = RadixCache(alloc)
-    cached = alloc.alloc(2)
-    cache.insert([1, 2], cached)
-    root_match = cache.match_prefix([9])
-    cache.inc_lock_ref(root_match.last_node)
-    mine = alloc.alloc(3)  # a request that computed [1, 2, 3] without a prefix hit
-    new_indices, node = cache.cache_unfinished([1, 2, 3], mine, root_match.last_node)
-    assert new_indices.tolist() == [*cached.tolist(), mine[2].item()]
-    assert alloc.available_size() == 8 - 3  # its copies of [1, 2] went back
-    assert cache.prefix_len(node) == 3 and node.lock_ref == 1
-    assert cache.protected_size() == 3 and cache.evictable_size() == 0
-    cache.cache_finished([1, 2, 3], new_indices, node)
-    assert cache.protected_size() == 0 and cache.num_request_locks == 0
-    assert alloc.available_size() == 8 - 3
-
-
 def test_identical_images_share_pad_ids_and_different_images_diverge() -> None:
     alloc = TokenSlotAllocator(16)
     cache = RadixCache(alloc)
@@ -404,9 +372,7 @@ def test_disabled_cache_holds_nothing_and_frees_finished_requests() -> None:
     assert match.indices.numel() == 0 and cache.prefix_len(match.last_node) == 0
     cache.inc_lock_ref(match.last_node)
     mine = alloc.alloc(3)
-    new_indices, node = cache.cache_unfinished([1, 2, 3], mine, match.last_node)
-    assert new_indices is mine and node is match.last_node
-    cache.cache_finished([1, 2, 3], mine, node)
+    cache.cache_finished([1, 2, 3], mine, match.last_node)
     assert alloc.available_size() == 8 and cache.total_size() == 0
 
 

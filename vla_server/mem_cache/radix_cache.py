@@ -14,9 +14,7 @@ not handed over yet).
   takes ``indices[n:]``. ``indices[:n]`` stay with the caller, which must free those it allocated
   itself (never those it got from ``match_prefix``).
 * For a request, ``prefix_len(locked_node)`` is how many leading entries of its indices are the
-  tree's; it owns the rest. ``cache_finished`` leaves it owning nothing of ``indices``;
-  ``cache_unfinished`` returns the indices to use from then on and the node it now holds locked,
-  and the same rule applies to them.
+  tree's; it owns the rest. ``cache_finished`` leaves it owning nothing of ``indices``.
 * ``evict`` and ``reset`` return tree slots to the allocator.
 """
 
@@ -306,23 +304,6 @@ class RadixCache:
         """
         self._insert_request(key, indices, last_locked_node)
         self.dec_lock_ref(last_locked_node)
-
-    def cache_unfinished(
-        self, key: Sequence[int], indices: torch.Tensor, last_locked_node: TreeNode
-    ) -> tuple[torch.Tensor, TreeNode]:
-        """Checkpoint the computed part of a running request (a prefill chunk, a session turn).
-
-        Returns ``(new_indices, new_node)``: the request writes ``new_indices`` over its
-        req_to_token row for ``key`` (some of its own slots may have been duplicates and are
-        freed) and now holds a lock on ``new_node`` instead of ``last_locked_node``.
-        """
-        if self.disable:
-            return indices, last_locked_node
-        self._insert_request(key, indices, last_locked_node)
-        node, values = self._walk(_as_list(key), next(self._clock))
-        self.inc_lock_ref(node)
-        self.dec_lock_ref(last_locked_node)
-        return (torch.cat(values) if values else self._empty), node
 
     def _insert_request(
         self, key: Sequence[int], indices: torch.Tensor, last_locked_node: TreeNode
