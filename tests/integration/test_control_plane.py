@@ -8,8 +8,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 
-import torch
-
+from tests.hf_reference import causal_lm, greedy_ids
 from tests.server_process import run_server
 from tests.tiny_checkpoints import make_llama
 
@@ -18,19 +17,7 @@ PROMPT = [85, 289, 430, 391, 422, 408]
 
 
 def hf_greedy(path, ids: list[int], n: int) -> list[int]:
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    model.generation_config.eos_token_id = None
-    with torch.no_grad():
-        out = model.generate(
-            torch.tensor([ids]),
-            max_new_tokens=n,
-            do_sample=False,
-            pad_token_id=0,
-            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-        )
-    return out[0, len(ids) :].tolist()
+    return greedy_ids(causal_lm(path), ids, n)
 
 
 def _wait_pending(c, n: int) -> None:

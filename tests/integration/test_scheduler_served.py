@@ -18,6 +18,7 @@ import httpx
 import pytest
 import torch
 
+from tests.hf_reference import causal_lm, greedy_ids
 from tests.integration.conftest import idle_state
 from tests.integration.sched_helpers import (
     finish_type,
@@ -38,25 +39,6 @@ LOGPROB_TOL = 1e-3
 SPECIAL_TOKEN_IDS = range(len(SPECIAL_TOKENS))  # the tokenizer's specials come first
 
 
-def _hf_model(path: Path) -> Any:
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-
-
-def _hf_generate(model: Any, ids: list[int], n: int) -> list[int]:
-    """transformers' greedy continuation; it stops at the model's generation-config EOS."""
-    with torch.no_grad():
-        out = model.generate(
-            torch.tensor([ids]),
-            max_new_tokens=n,
-            do_sample=False,
-            pad_token_id=0,
-            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-        )
-    return out[0, len(ids) :].tolist()
-
-
 def _with_eos(src: Path, dst: Path, eos: int) -> Path:
     shutil.copytree(src, dst)
     for name in ("config.json", "generation_config.json"):
@@ -68,19 +50,17 @@ def _with_eos(src: Path, dst: Path, eos: int) -> Path:
 
 @pytest.fixture(scope="module")
 def hf_llama(llama_path):
-    model = _hf_model(llama_path)
-    model.generation_config.eos_token_id = None  # the unmodified checkpoint: no EOS at all
-    return model
+    return causal_lm(llama_path)  # the unmodified checkpoint: no EOS at all
 
 
 @pytest.fixture(scope="module")
 def eos_case(llama_path, hf_llama, tmp_path_factory) -> dict[str, Any]:
     """A checkpoint whose EOS is the first new token of greedy PROMPT at index >= 5 (not a
     special token), and what transformers generates on it with and without that EOS."""
-    free = _hf_generate(hf_llama, PROMPT, REF_TOKENS)
+    free = greedy_ids(hf_llama, PROMPT, REF_TOKENS)
     k = next(i for i in range(5, len(free)) if free[i] not in free[:i] + list(SPECIAL_TOKEN_IDS))
     path = _with_eos(llama_path, tmp_path_factory.mktemp("eos") / "llama-eos", free[k])
-    stopped = _hf_generate(_hf_model(path), PROMPT, REF_TOKENS)
+    stopped = greedy_ids(causal_lm(path, stop_at_eos=True), PROMPT, REF_TOKENS)
     assert stopped == free[: k + 1], "transformers should stop at the new EOS"
     return {"path": path, "eos": free[k], "free": free, "stopped": stopped}
 

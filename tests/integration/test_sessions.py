@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-import torch
 
+from tests.hf_reference import causal_lm, greedy_ids
 from tests.integration.sched_helpers import (
     body,
     finish_type,
@@ -51,21 +51,10 @@ def node(llama_path, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def hf_greedy(llama_path):
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(llama_path, dtype=torch.float32).eval()
-    model.generation_config.eos_token_id = None
+    model = causal_lm(llama_path)
 
     def run(ids: list[int], n: int = NEW) -> list[int]:
-        with torch.no_grad():
-            out = model.generate(
-                torch.tensor([ids]),
-                max_new_tokens=n,
-                do_sample=False,
-                pad_token_id=0,
-                attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-            )
-        return out[0, len(ids) :].tolist()
+        return greedy_ids(model, ids, n)
 
     return run
 
