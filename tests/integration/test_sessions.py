@@ -20,7 +20,6 @@ from tests.integration.sched_helpers import (
     json_of,
     meta,
     metric,
-    pause,
     resume,
     saturate,
     wait_idle,
@@ -330,29 +329,37 @@ async def test_pins_yield_to_a_running_request_that_runs_short_of_kv(lean_node, 
 
 
 async def test_a_superseding_turn_continues_from_before_the_stale_one(node, hf_greedy):
-    """Two turns with `supersede` queue up (held back by a pause, released together): the
-    older ends superseded and the newer is built from the last finished turn, not from the
-    stale one (which was never run and would otherwise make the session busy)."""
+    """Two busy requests hold the pool (2 x 342 of 700 tokens), so a session turn waits; a
+    second turn with `supersede` ends it (superseded) and is built from the last finished turn,
+    not from the stale one (which never ran, and as a parent would make the session busy)."""
     async with node.async_client() as c:
+        await flush(c)
         sid = await open_session(c)
         first = await turn(c, tokens(0, 4), "sup-1", n=4, id=sid)
         ctx = tokens(0, 4) + first["output_ids"]
-        await pause(c, "in_place")
-        frames = {}
-        for i in (2, 3):
-            new = tokens(20 * i, 3)
-            req = body(new, 4, rid=f"sup-{i}", supersede=True, session_params={"id": sid})
-            frames[i] = (new, asyncio.create_task(c.post("/generate", json=req)))
-            await wait_pending(c, i - 1)
-        await resume(c)
-        outs = {i: await json_of(task) for i, (_, task) in frames.items()}
-        assert sorted(finish_type(o) for o in outs.values()) == ["length", "superseded"]
-        (kept,) = [i for i, o in outs.items() if finish_type(o) == "length"]
-        prompt = ctx + frames[kept][0]
-        assert meta(outs[kept])["prompt_tokens"] == len(prompt)
-        assert outs[kept]["output_ids"] == hf_greedy(prompt, 4)
+        busy = [
+            asyncio.create_task(c.post("/generate", json=body(tokens(100 * i, 2), 340)))
+            for i in (1, 2)
+        ]
+        await wait_until(c, lambda s: s["num_running_reqs"] == 2, "the busy requests")
+
+        def frame(i: int) -> asyncio.Task:
+            req = body(tokens(20 * i, 3), 20, rid=f"sup-{i}", supersede=True)
+            return asyncio.create_task(
+                c.post("/generate", json={**req, "session_params": {"id": sid}})
+            )
+
+        stale = frame(2)
+        await wait_until(c, lambda s: s["num_waiting_reqs"] == 1, "the first frame waiting")
+        newest = frame(3)
+        assert finish_type(await json_of(stale)) == "superseded"
+        out = await json_of(newest)
+        prompt = ctx + tokens(60, 3)
+        assert meta(out)["prompt_tokens"] == len(prompt)
+        assert out["output_ids"] == hf_greedy(prompt, 20)
         nxt = await turn(c, [7], "sup-4", n=4, id=sid)
-        assert nxt["output_ids"] == hf_greedy(prompt + outs[kept]["output_ids"] + [7], 4)
+        assert nxt["output_ids"] == hf_greedy(prompt + out["output_ids"] + [7], 4)
+        await asyncio.gather(*busy)
         await close_session(c, sid)
 
 
