@@ -100,12 +100,14 @@ def _check_top(got: list[list], ref_logprobs: torch.Tensor, where: str) -> None:
         assert abs(lp - want[rank]) < LOGPROB_TOL, f"{where}: rank {rank} is id {tid}"
 
 
-def _compare_outputs(ref: dict, out: dict) -> str | None:
+def _compare_outputs(ref: dict, out: dict) -> tuple[str | None, int, float]:
     """Tokens, logprobs and top-2 logprobs step by step; a near-tie divergence ends the
-    comparison (the continuations may then differ legitimately) and is returned as a note."""
+    comparison (the continuations may then differ legitimately) and is returned as a note.
+    Also returns how many tokens matched and the largest logprob difference among them."""
     got = out["output_ids"]
     assert len(got) == NEW_TOKENS
     meta = out["meta_info"]
+    worst = 0.0
     for step, (a, b) in enumerate(zip(got, ref["tokens"], strict=True)):
         if a != b:
             top2 = torch.topk(ref["step_logits"][step], 2).values
@@ -113,12 +115,15 @@ def _compare_outputs(ref: dict, out: dict) -> str | None:
             assert gap < TIE_GAP, (
                 f"token {step}: server {a} vs transformers {b}, top-2 gap {gap:.2e}"
             )
-            return f"excused divergence at token {step}: reference top-2 gap {gap:.2e} < {TIE_GAP}"
+            note = f"excused divergence at token {step}: reference top-2 gap {gap:.2e} < {TIE_GAP}"
+            return note, step, worst
         lp = meta["output_token_logprobs"][step]
         assert lp[1] == a
-        assert abs(lp[0] - float(ref["step_logprobs"][step, a])) < LOGPROB_TOL
+        diff = abs(lp[0] - float(ref["step_logprobs"][step, a]))
+        assert diff < LOGPROB_TOL
+        worst = max(worst, diff)
         _check_top(meta["output_top_logprobs"][step], ref["step_logprobs"][step], f"step {step}")
-    return None
+    return None, len(got), worst
 
 
 def _compare_prompt(ref: dict, out: dict, prompt: list[int]) -> None:
@@ -147,12 +152,17 @@ def test_greedy_matches_transformers(make, tmp_path, record_property):
         path, tmp_path, "--max-running-requests", "8", "--max-total-tokens", "4096"
     ) as server:
         outs = asyncio.run(_generate_all(server, prompts))
+    matched, worst = 0, 0.0
     for i, (ref, out, prompt) in enumerate(zip(refs, outs, prompts, strict=True)):
         _compare_prompt(ref, out, prompt)
-        note = _compare_outputs(ref, out)
+        note, n_matched, diff = _compare_outputs(ref, out)
+        matched, worst = matched + n_matched, max(worst, diff)
         if note is not None:
             # An excused divergence is not a failure, but it must show in pytest's summary.
             record_property(f"divergence_prompt_{i}", note)
             warnings.warn(f"prompt {i}: {note}", stacklevel=1)
+    summary = f"{matched}/{len(prompts) * NEW_TOKENS} tokens equal, max |dlogprob| {worst:.2e}"
+    record_property("greedy_vs_transformers", summary)
+    print(f"\n{path.name}: {summary}")
     distinct = {tuple(o["output_ids"]) for o in outs}
     assert len(distinct) >= 6, "outputs should depend on the prompt"
