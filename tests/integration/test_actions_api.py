@@ -91,6 +91,9 @@ def test_actions_equal_constrained_transformers_decoded_by_openvla(server, cfg, 
     assert timing["action_done_ms"] == sorted(timing["action_done_ms"])
     assert len(timing["action_done_ms"]) == n
     assert 0 <= timing["prompt_ms"] <= timing["time_to_first_token_ms"] <= timing["e2e_ms"]
+    # the main process decoded and resized the image, then the request waited for a forward
+    assert timing["preprocess_ms"] > 0 and timing["queue_ms"] >= 0
+    assert timing["preprocess_ms"] + timing["queue_ms"] <= timing["time_to_first_token_ms"]
     assert timing["time_to_first_action_ms"] <= timing["e2e_ms"]
 
 

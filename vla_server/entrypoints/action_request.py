@@ -46,6 +46,8 @@ class ActionTiming:
 
     start: float = field(default_factory=time.perf_counter)
     prompt_ms: float | None = None  # chat template + tokenization in the front end
+    preprocess_ms: float | None = None  # TokenizerManager: tokenize + image decode/resize/hash
+    queue_ms: float | None = None  # in the scheduler's queue, until the first forward
     first_token_ms: float | None = None  # first generated token seen by the front end
     time_to_first_action_ms: float | None = None  # TokenizerManager: request state -> action
     action_done_ms: list[float] = field(default_factory=list)  # each action's arrival
@@ -59,15 +61,22 @@ class ActionTiming:
         if self.first_token_ms is None and chunk.get("output_ids"):
             self.first_token_ms = now
         self.action_done_ms += [now] * new_actions
-        ttfa = chunk["meta_info"].get("time_to_first_action")
-        if ttfa is not None:
-            self.time_to_first_action_ms = _ms(ttfa)
-        if chunk["meta_info"].get("finish_reason") is not None:
+        meta = chunk["meta_info"]
+        for name, key in (
+            ("preprocess_ms", "preprocess_time"),
+            ("queue_ms", "queue_time"),
+            ("time_to_first_action_ms", "time_to_first_action"),
+        ):
+            if meta.get(key) is not None:
+                setattr(self, name, _ms(meta[key]))
+        if meta.get("finish_reason") is not None:
             self.e2e_ms = now
 
     def to_json(self) -> dict[str, Any]:
         return {
             "prompt_ms": self.prompt_ms,
+            "preprocess_ms": self.preprocess_ms,
+            "queue_ms": self.queue_ms,
             "time_to_first_token_ms": self.first_token_ms,
             "time_to_first_action_ms": self.time_to_first_action_ms,
             "action_done_ms": self.action_done_ms,

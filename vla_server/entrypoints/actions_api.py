@@ -13,11 +13,12 @@ Request (JSON; unknown fields are a 400):
 
 Reply: {"id", "object": "actions", "model", "unnorm_key", "action_dim", "actions": [[float]*dim],
 "num_actions", "finish_reason", "usage": {prompt_tokens, completion_tokens, cached_tokens},
-"timing": {prompt_ms, time_to_first_token_ms, time_to_first_action_ms, action_done_ms: [...],
-e2e_ms}} (ms since the server took the request). With `stream: true`: SSE events
-{"object": "actions.chunk", "index": first action's index, "actions": [...new], "num_actions":
-done so far, "finish_reason": null}, the last one with the finish reason, usage and timing, then
-`data: [DONE]`. Errors: 4xx {"error": {...}} before any action; a failure after the first event
+"timing": {prompt_ms, preprocess_ms, queue_ms, time_to_first_token_ms, time_to_first_action_ms,
+action_done_ms: [...], e2e_ms}} (prompt, preprocessing (tokens, image decode, resize, hash) and
+the scheduler queue are durations; the others are ms since the server took the request).
+With `stream: true`: SSE events {"object": "actions.chunk", "index": first action's index,
+"actions": [...new], "num_actions": done so far, "finish_reason": null}, the last one with the
+finish reason, usage and timing, then `data: [DONE]`. Errors: 4xx {"error": {...}} before any action; a failure after the first event
 is one `data: {"error": ...}` event before `[DONE]`.
 """
 

@@ -9,7 +9,8 @@ Protocol, as openpi's `WebsocketPolicyServer`:
 2. then, for each binary frame from the client (an observation, see `openpi_observation`), one
    binary frame back: `{"actions": float64 [horizon, action_dim], "server_timing": {"infer_ms",
    "prev_total_ms" (the previous round trip, from the second reply on)}, "policy_timing":
-   {prompt_ms, time_to_first_token_ms, time_to_first_action_ms, action_done_ms, e2e_ms}}`;
+   {prompt_ms, preprocess_ms, queue_ms, time_to_first_token_ms, time_to_first_action_ms,
+   action_done_ms, e2e_ms}}`;
 3. on an error the server sends one text frame with the reason (the client raises it as a
    RuntimeError) and closes: code 1008 for a bad observation, 1011 for a failure in the node.
    Unlike openpi no traceback leaves the server; it goes to the log.

@@ -39,6 +39,7 @@ class ReqState:
     first_action_time: float | None = None
     queue_time: float | None = None
     queue_steps: int | None = None
+    preprocess_time: float | None = None  # tokenization + image decode/resize/hash, main process
 
     @property
     def rid(self) -> str:
@@ -79,6 +80,7 @@ def meta_info(
         "cached_tokens": meta.cached_tokens,
         "finish_reason": finish,
         "e2e_latency": time.perf_counter() - state.created,
+        "preprocess_time": state.preprocess_time,
         "queue_time": state.queue_time,
         "queue_steps": state.queue_steps,
         "num_retractions": meta.num_retractions,

@@ -229,7 +229,7 @@ class TokenizerManager:
         try:
             await self._wait_unpaused()
             async with self.model_update_lock.reader():
-                msgs = [await self._tokenize(st.item, st.received) for st in states]
+                msgs = [await self._timed_tokenize(st) for st in states]
                 self._send(msgs, states)
                 async for out in self._wait_responses(states, request, is_batch):
                     yield out
@@ -261,6 +261,12 @@ class TokenizerManager:
         """Called once the scheduler reports ready: model limits and the multimodal front end."""
         self.limits = ModelLimits(info["vocab_size"], info["hidden_size"], info["context_len"])
         self.mm = MultimodalFrontend(self.args, self.tokenizer, info)
+
+    async def _timed_tokenize(self, state: ReqState) -> TokenizedGenerateReqInput:
+        start = time.perf_counter()
+        msg = await self._tokenize(state.item, state.received)
+        state.preprocess_time = time.perf_counter() - start
+        return msg
 
     async def _tokenize(self, item: GenerateItem, received: float) -> TokenizedGenerateReqInput:
         """The wire request; `received` (the request's arrival, before any pause wait and image
