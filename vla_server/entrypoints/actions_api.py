@@ -18,8 +18,8 @@ action_done_ms: [...], e2e_ms}} (prompt, preprocessing (tokens, image decode, re
 the scheduler queue are durations; the others are ms since the server took the request).
 With `stream: true`: SSE events {"object": "actions.chunk", "index": first action's index,
 "actions": [...new], "num_actions": done so far, "finish_reason": null}, the last one with the
-finish reason, usage and timing, then `data: [DONE]`. Errors: 4xx {"error": {...}} before any action; a failure after the first event
-is one `data: {"error": ...}` event before `[DONE]`.
+finish reason, usage and timing, then `data: [DONE]`. Errors: 4xx {"error": {...}} before any
+action; a failure after the first event is one `data: {"error": ...}` event before `[DONE]`.
 """
 
 from __future__ import annotations
