@@ -14,6 +14,7 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -101,6 +102,24 @@ def _read_events(lines: Iterator[str]) -> tuple[list[dict], bool]:
     return chunks, done
 
 
+@contextlib.contextmanager
+def _node_streaming(
+    llama_path: Path, tmp_path: Path, grace_s: float
+) -> Iterator[tuple[ServerProcess, Iterator[str], dict[str, Any]]]:
+    """A node with --graceful-shutdown-timeout `grace_s` and a stream on it that has sent its
+    first chunk: (server, the stream's remaining lines, that chunk)."""
+    grace = ["--graceful-shutdown-timeout", str(grace_s)]
+    with (
+        run_server(llama_path, tmp_path, *ARGS, *grace) as server,
+        server.client() as c,
+        c.stream("POST", "/generate", json=_stream_body()) as r,
+    ):
+        assert r.status_code == 200
+        lines = r.iter_lines()
+        first = json.loads(next(line for line in lines if line.startswith("data: "))[6:])
+        yield server, lines, first
+
+
 def _running_reqs(server: ServerProcess) -> int:
     with server.client() as c:
         return c.get("/get_server_info").json()["internal_states"][0]["num_running_reqs"]
@@ -110,16 +129,8 @@ def _running_reqs(server: ServerProcess) -> int:
 def test_signal_drains_an_inflight_stream_to_its_end_and_exits_0(llama_path, tmp_path, sig):
     """Drain policy: a request in flight when the signal arrives runs to its end (within
     --graceful-shutdown-timeout, generous here), then the node stops and exits 0."""
-    with (
-        run_server(llama_path, tmp_path, *ARGS, "--graceful-shutdown-timeout", "300") as server,
-        server.client() as c,
-        c.stream("POST", "/generate", json=_stream_body()) as r,
-    ):
-        assert r.status_code == 200
-        everyone = _all_processes(server)
-        ipc_dir = server.ipc_dir()
-        lines = r.iter_lines()
-        first = json.loads(next(line for line in lines if line.startswith("data: "))[6:])
+    with _node_streaming(llama_path, tmp_path, grace_s=300) as (server, lines, first):
+        everyone, ipc_dir = _all_processes(server), server.ipc_dir()
         assert _running_reqs(server) == 1, "the request ended before the signal"
         server.proc.send_signal(sig)
         chunks, done = _read_events(lines)
@@ -135,16 +146,8 @@ def test_signal_drains_an_inflight_stream_to_its_end_and_exits_0(llama_path, tmp
 def test_signal_aborts_a_stream_still_running_after_the_grace_period(llama_path, tmp_path):
     """A request that cannot finish within --graceful-shutdown-timeout (generation is paused
     here) is cut off: its stream ends without a final chunk or [DONE]; the exit is still 0."""
-    with (
-        run_server(llama_path, tmp_path, *ARGS, "--graceful-shutdown-timeout", "1") as server,
-        server.client() as c,
-        c.stream("POST", "/generate", json=_stream_body()) as r,
-    ):
-        assert r.status_code == 200
-        everyone = _all_processes(server)
-        ipc_dir = server.ipc_dir()
-        lines = r.iter_lines()
-        next(line for line in lines if line.startswith("data: "))
+    with _node_streaming(llama_path, tmp_path, grace_s=1) as (server, lines, _):
+        everyone, ipc_dir = _all_processes(server), server.ipc_dir()
         with server.client() as ctl:
             assert ctl.post("/pause_generation", json={"mode": "in_place"}).json()["success"]
         server.proc.send_signal(signal.SIGTERM)

@@ -31,6 +31,7 @@ from vla_server.io_struct import (
 )
 from vla_server.managers.generate_request import from_kwargs
 from vla_server.managers.tokenizer_manager import BACKLOG_WARN_CHUNKS, TokenizerManager
+from vla_server.process_utils import zmq_socket
 from vla_server.server_args import PortArgs, ServerArgs
 
 LIVENESS_S = 30.0  # bound on waiting for a message that must come; never a timing assertion
@@ -47,17 +48,12 @@ class Ring:
         )
         self.tm.set_model_info({"vocab_size": 512, "hidden_size": 128, "context_len": 512})
         self.ctx = zmq.asyncio.Context()
-        self.scheduler = self._socket(zmq.PULL, self.port_args.scheduler_input_ipc_name, True)
-        self.detokenizer = self._socket(zmq.PUSH, self.port_args.tokenizer_ipc_name, False)
-
-    def _socket(self, kind: int, endpoint: str, bind: bool) -> zmq.asyncio.Socket:
-        sock = self.ctx.socket(kind)
-        sock.setsockopt(zmq.LINGER, 0)
-        if bind:
-            sock.bind(endpoint)
-        else:
-            sock.connect(endpoint)
-        return sock
+        self.scheduler = zmq_socket(
+            self.ctx, zmq.PULL, self.port_args.scheduler_input_ipc_name, bind=True
+        )
+        self.detokenizer = zmq_socket(
+            self.ctx, zmq.PUSH, self.port_args.tokenizer_ipc_name, bind=False
+        )
 
     async def received(self) -> Any:
         raw = await asyncio.wait_for(self.scheduler.recv(), LIVENESS_S)
