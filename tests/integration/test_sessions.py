@@ -247,9 +247,9 @@ async def test_idle_timeout_reaps_the_session_and_its_pins(node):
 
 
 async def test_idle_session_is_reaped_while_the_node_is_busy(node):
-    """Right after the session's turn the node gets busy with four requests of 440 tokens run
-    back to back (two do not fit the pool together): the session is reaped meanwhile, not only
-    once the node is idle again."""
+    """Right after the session's turn the node is kept busy without a break (two 440-token
+    requests in flight at all times, which do not fit the pool together): the session is reaped
+    meanwhile, not only once the node is idle again."""
 
     def busy_left(s: dict) -> int:
         return s["num_running_reqs"] + s["num_waiting_reqs"]
@@ -258,20 +258,18 @@ async def test_idle_session_is_reaped_while_the_node_is_busy(node):
         n_before = (await internal(c))["open_sessions"]
         sid = await open_session(c, timeout=0.2)
         await turn(c, tokens(200, 4), "busy-reap-1", n=4, id=sid)
-        busy = [
-            asyncio.create_task(c.post("/generate", json=body(tokens(50 * i, 4), 440)))
-            for i in range(4)
-        ]
-        await wait_until(c, lambda s: busy_left(s) == 4, "the busy requests")
-        state = await wait_until(
-            c,
-            lambda s: s["open_sessions"] == n_before or busy_left(s) == 0,
-            "reaping or the end of the busy requests",
-        )
-        for t in busy:
-            await json_of(t)
-        await wait_until(c, lambda s: s["open_sessions"] == n_before, "reaping")
-    assert busy_left(state) > 0, "the session outlived its timeout while the node ran"
+        stop = asyncio.Event()
+
+        async def keep_busy(i: int) -> None:
+            while not stop.is_set():
+                await json_of(c.post("/generate", json=body(tokens(50 * i, 4), 440)))
+
+        feeders = [asyncio.create_task(keep_busy(i)) for i in range(2)]
+        await wait_until(c, lambda s: busy_left(s) == 2, "the busy requests")
+        state = await wait_until(c, lambda s: s["open_sessions"] == n_before, "reaping")
+        stop.set()
+        await asyncio.gather(*feeders)
+    assert busy_left(state) > 0, "the session was reaped only once the node was idle"
 
 
 async def test_pins_yield_to_a_request_that_cannot_fit_next_to_them(node):
