@@ -37,6 +37,7 @@ from PIL import Image
 
 from vla_server.bench.stats import plot_distributions, summary_ms, table, write_json
 from vla_server.bench.stream_client import StreamTiming, timed_stream
+from vla_server.metrics import MM_IMAGE_SOURCES as SOURCES
 from vla_server.multimodal.image_input import MediaPolicy, load_image
 from vla_server.multimodal.image_pipeline import ImagePipeline
 from vla_server.multimodal.preprocess import preprocess_image
@@ -54,7 +55,6 @@ CASES = {
     "repeated frame, same prompt": (0, "prefix_cache"),
     "repeated frame, other instruction": (1, "embedding_cache"),
 }
-SOURCES = ("prefix_cache", "embedding_cache", "vision_tower")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:

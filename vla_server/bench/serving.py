@@ -156,24 +156,20 @@ def row_for(streams: int, served: list[StreamTiming], raw: list[float]) -> dict[
 def target_verdict(row: dict[str, Any]) -> dict[str, Any]:
     """The batch-1 targets; they apply only where the raw step is long enough to judge."""
     applies = row["raw_p50"] >= TARGET_MIN_STEP_MS
-    return {
-        "applies": applies,
-        "p50_ok": row["ratio_p50"] <= TARGET_P50,
-        "p99_ok": row["ratio_p99"] <= TARGET_P99,
-        "text": (
-            f"batch-1 target (raw step {row['raw_p50']:.2f} ms"
-            + (
-                f" >= {TARGET_MIN_STEP_MS} ms): "
-                if applies
-                else f" < {TARGET_MIN_STEP_MS} ms, the target does not apply; shown): "
-            )
-            + f"P50 ratio {row['ratio_p50']:.3f} (<= {TARGET_P50}: "
-            + ("met" if row["ratio_p50"] <= TARGET_P50 else "MISSED")
-            + f"), P99 ratio {row['ratio_p99']:.3f} (<= {TARGET_P99}: "
-            + ("met" if row["ratio_p99"] <= TARGET_P99 else "MISSED")
-            + f"); per-token overhead {row['overhead_ms']:.3f} ms"
-        ),
-    }
+    p50_ok, p99_ok = row["ratio_p50"] <= TARGET_P50, row["ratio_p99"] <= TARGET_P99
+    scope = ">=" if applies else "<"
+    note = "" if applies else ", the target does not apply; shown"
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "MISSED"
+
+    text = (
+        f"batch-1 target (raw step {row['raw_p50']:.2f} ms {scope} {TARGET_MIN_STEP_MS} ms{note}): "
+        f"P50 ratio {row['ratio_p50']:.3f} (<= {TARGET_P50}: {verdict(p50_ok)}), "
+        f"P99 ratio {row['ratio_p99']:.3f} (<= {TARGET_P99}: {verdict(p99_ok)}); "
+        f"per-token overhead {row['overhead_ms']:.3f} ms"
+    )
+    return {"applies": applies, "p50_ok": p50_ok, "p99_ok": p99_ok, "text": text}
 
 
 def report(

@@ -18,6 +18,7 @@ import torch
 
 from vla_server.io_struct import MMItem
 from vla_server.managers.req import Req
+from vla_server.metrics import MM_IMAGE_SOURCES
 from vla_server.model.model_runner import ModelRunner
 from vla_server.multimodal.embedding_cache import EmbeddingCache
 from vla_server.multimodal.prefill_images import PrefillImages
@@ -90,9 +91,7 @@ class ImageEmbedder:
             "bytes": st.bytes,
             "budget_bytes": st.budget_bytes,
             "evictions": st.evictions,
-            "images": {
-                "prefix_cache": self.prefix_cached,
-                "embedding_cache": self.hits,
-                "vision_tower": self.misses,
-            },
+            "images": dict(
+                zip(MM_IMAGE_SOURCES, (self.prefix_cached, self.hits, self.misses), strict=True)
+            ),
         }
