@@ -24,3 +24,8 @@ def server(llama_path, tmp_path_factory):
 def idle_state(client) -> dict:
     info = client.get("/get_server_info").json()
     return {"pending": info["num_pending_requests"], "kv_used": info["kv_pool"]["used"]}
+
+
+def running_reqs(client) -> int:
+    """Requests the scheduler is running now (a sync httpx client of the node)."""
+    return client.get("/get_server_info").json()["internal_states"][0]["num_running_reqs"]

@@ -11,7 +11,7 @@ import time
 
 import httpx
 
-from tests.integration.conftest import idle_state
+from tests.integration.conftest import idle_state, running_reqs
 from tests.integration.sched_helpers import (
     internal,
     pause,
@@ -156,7 +156,7 @@ def test_non_stream_client_disconnect_aborts_in_the_scheduler(server):
         with socket.create_connection((server.host, server.port)) as raw:
             raw.sendall(head + body)
             deadline = time.monotonic() + 30
-            while _running(c) == 0:
+            while running_reqs(c) == 0:
                 assert time.monotonic() < deadline, "the request never started"
                 time.sleep(0.005)
         deadline = time.monotonic() + 30
@@ -168,10 +168,6 @@ def test_non_stream_client_disconnect_aborts_in_the_scheduler(server):
         info = c.get("/get_server_info").json()
         assert info["kv_pool"]["used"] == 0
         assert info["internal_states"][0]["num_running_reqs"] == 0
-
-
-def _running(c: httpx.Client) -> int:
-    return c.get("/get_server_info").json()["internal_states"][0]["num_running_reqs"]
 
 
 def _finished(c: httpx.Client, kind: str) -> float:

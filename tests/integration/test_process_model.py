@@ -21,6 +21,7 @@ import psutil
 import pytest
 import zmq
 
+from tests.integration.conftest import running_reqs
 from tests.server_process import ServerProcess, run_server
 from vla_server.entrypoints.engine import StartupError, wait_for_ready
 
@@ -120,18 +121,14 @@ def _node_streaming(
         yield server, lines, first
 
 
-def _running_reqs(server: ServerProcess) -> int:
-    with server.client() as c:
-        return c.get("/get_server_info").json()["internal_states"][0]["num_running_reqs"]
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
 def test_signal_drains_an_inflight_stream_to_its_end_and_exits_0(llama_path, tmp_path, sig):
     """Drain policy: a request in flight when the signal arrives runs to its end (within
     --graceful-shutdown-timeout, generous here), then the node stops and exits 0."""
     with _node_streaming(llama_path, tmp_path, grace_s=300) as (server, lines, first):
         everyone, ipc_dir = _all_processes(server), server.ipc_dir()
-        assert _running_reqs(server) == 1, "the request ended before the signal"
+        with server.client() as ctl:
+            assert running_reqs(ctl) == 1, "the request ended before the signal"
         server.proc.send_signal(sig)
         chunks, done = _read_events(lines)
     chunks.insert(0, first)
