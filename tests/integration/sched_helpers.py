@@ -98,7 +98,13 @@ async def saturate(c: httpx.AsyncClient, bodies: list[dict[str, Any]]) -> list[a
     tasks = [asyncio.create_task(c.post("/generate", json=b)) for b in bodies]
     await wait_pending(c, len(bodies))
     await resume(c)
-    await wait_until(c, lambda s: s["num_waiting_reqs"] == 0, "the requests admitted")
+    # Running, not merely "none waiting": right after the resume they may not have reached the
+    # scheduler yet, and a pause then would hold them back in the main process again.
+    await wait_until(
+        c,
+        lambda s: s["num_running_reqs"] == len(bodies) and s["num_waiting_reqs"] == 0,
+        "the requests admitted",
+    )
     await pause(c, "in_place")
     state = await internal(c)
     assert state["num_running_reqs"] == len(bodies), f"a request ended too soon: {state}"
