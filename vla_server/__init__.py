@@ -14,7 +14,7 @@ def __getattr__(name: str) -> Any:
 
         return Engine
     if name == "ServerArgs":
-        from vla_server.server_args import ServerArgs
+        from vla_server.config import ServerArgs
 
         return ServerArgs
     raise AttributeError(name)

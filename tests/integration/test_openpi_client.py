@@ -243,7 +243,7 @@ def test_a_long_query_does_not_hold_up_other_connections(server):
 
 
 def test_wire_format_round_trips_with_openpis_own_codec():
-    from vla_server.entrypoints.openpi_wire import pack, unpack
+    from vla_server.frontend.openpi_wire import pack, unpack
 
     value = {
         "actions": np.arange(21, dtype=np.float64).reshape(3, 7) / 7,
@@ -270,7 +270,7 @@ class _Handshake:
 
 
 def test_api_key_accepts_openpis_header_and_bearer():
-    from vla_server.entrypoints.openpi_policy import authorized
+    from vla_server.frontend.openpi_policy import authorized
 
     assert authorized(_Handshake(None), None)
     assert authorized(_Handshake("Api-Key s3cret"), "s3cret")  # WebsocketClientPolicy(api_key=)

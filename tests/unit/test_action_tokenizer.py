@@ -276,7 +276,7 @@ def test_openvla_config_keys_must_agree_on_the_dimension(tmp_path: Path):
 
 
 def test_a_failed_action_stream_stays_failed_until_the_request_finishes(tmp_path: Path):
-    from vla_server.managers.action_detokenizer import ActionDetokenizer
+    from vla_server.detokenizer.action_detokenizer import ActionDetokenizer
 
     q01 = list(Q01)
     q01[2] = math.nan

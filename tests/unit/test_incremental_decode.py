@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.tiny_checkpoints import make_tokenizer
-from vla_server.managers.incremental_decode import DecodeInput, IncrementalDecoder
+from vla_server.detokenizer.incremental_decode import DecodeInput, IncrementalDecoder
 
 TEXTS = [
     "pick up the cube",

@@ -60,10 +60,10 @@ def test_reset_forgets_resolved_images_and_frees_features():
 
 def test_releasing_a_requests_kv_releases_its_image_state():
     """Finish, abort and retraction all go through KVCacheManager.release."""
-    from vla_server.managers.kv_cache_manager import KVCacheManager
-    from vla_server.managers.req import Req
     from vla_server.mem_cache.kv_pool import ReqToTokenPool, TokenToKVPool
     from vla_server.model.sampling import SamplingParams
+    from vla_server.scheduler.kv_cache_manager import KVCacheManager
+    from vla_server.scheduler.req import Req
 
     kv = KVCacheManager(
         ReqToTokenPool(2, 64), TokenToKVPool(64, 1, 1, 4, torch.float32), disable_radix=False

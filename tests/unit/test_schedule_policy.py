@@ -10,15 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vla_server.managers.deadline import StepTimer
-from vla_server.managers.req import Req
-from vla_server.managers.schedule_policy import (
+from vla_server.model.sampling import SamplingParams
+from vla_server.scheduler.deadline import StepTimer
+from vla_server.scheduler.policy import (
     PolicyConfig,
     PrefillAdder,
     choose_victims,
     retraction_order,
 )
-from vla_server.model.sampling import SamplingParams
+from vla_server.scheduler.req import Req
 
 
 def make_req(

@@ -20,6 +20,9 @@ import zmq
 import zmq.asyncio
 
 from tests.tiny_checkpoints import make_tokenizer
+from vla_server.config import PortArgs, ServerArgs
+from vla_server.frontend.generate_request import from_kwargs
+from vla_server.frontend.tokenizer_manager import BACKLOG_WARN_CHUNKS, TokenizerManager
 from vla_server.io_struct import (
     AbortReq,
     BatchStrOutput,
@@ -29,10 +32,7 @@ from vla_server.io_struct import (
     encode,
     scheduler_input_decoder,
 )
-from vla_server.managers.generate_request import from_kwargs
-from vla_server.managers.tokenizer_manager import BACKLOG_WARN_CHUNKS, TokenizerManager
 from vla_server.process_utils import zmq_socket
-from vla_server.server_args import PortArgs, ServerArgs
 
 LIVENESS_S = 30.0  # bound on waiting for a message that must come; never a timing assertion
 MARKER = AbortReq(abort_all=True)  # sent last: the ring is ordered, so all before it has come
@@ -127,7 +127,7 @@ async def test_backlog_warning_only_past_20_chunks(ring, caplog, behind):
     for _ in range(behind):
         await ring.emit("slow", 1)
     await _queued(ring, "slow", behind)
-    caplog.set_level(logging.WARNING, logger="vla_server.managers.tokenizer_manager")
+    caplog.set_level(logging.WARNING, logger="vla_server.frontend.tokenizer_manager")
     merged = await gen.__anext__()
     assert len(merged["output_ids"]) == behind  # all queued chunks came as one
     logged = [r.getMessage() for r in caplog.records if "streaming backlog" in r.getMessage()]

@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from vla_server.managers.batch_runner import BatchRunner
-from vla_server.managers.kv_cache_manager import KVCacheManager
-from vla_server.managers.req import Req
-from vla_server.managers.schedule_batch import ScheduledBatch
 from vla_server.model.model_runner import ModelRunner
 from vla_server.model.sampling import SamplingParams
+from vla_server.scheduler.batch_runner import BatchRunner
+from vla_server.scheduler.kv_cache_manager import KVCacheManager
+from vla_server.scheduler.req import Req
+from vla_server.scheduler.schedule_batch import ScheduledBatch
 
 
 def measure_decode_steps(

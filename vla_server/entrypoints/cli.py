@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from vla_server.config import ServerArgs
 from vla_server.process_utils import configure_logging
-from vla_server.server_args import ServerArgs
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> None:
     if ns.command == "serve":
         args = ServerArgs.from_cli_args(ns)
         configure_logging(args.log_level)
-        from vla_server.entrypoints.http_server import run_server
+        from vla_server.entrypoints.serve import run_server
 
         run_server(args)
     else:

@@ -18,12 +18,12 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from vla_server.managers.detokenizer_manager import run_detokenizer_process
-from vla_server.managers.generate_request import GenerateReqInput, from_kwargs
-from vla_server.managers.scheduler import run_scheduler_process
-from vla_server.managers.tokenizer_manager import TokenizerManager
-from vla_server.managers.watchdog import SubprocessWatchdog
-from vla_server.server_args import PortArgs, ServerArgs
+from vla_server.config import PortArgs, ServerArgs
+from vla_server.detokenizer.detokenizer_manager import run_detokenizer_process
+from vla_server.frontend.generate_request import GenerateReqInput, from_kwargs
+from vla_server.frontend.tokenizer_manager import TokenizerManager
+from vla_server.frontend.watchdog import SubprocessWatchdog
+from vla_server.scheduler.scheduler import run_scheduler_process
 
 logger = logging.getLogger(__name__)
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import zmq.asyncio
 
 from vla_server.errors import RequestError
+from vla_server.frontend.session_registry import parse_open_session
 from vla_server.io_struct import (
     CloseSessionReq,
     ContinueGenerationReq,
@@ -24,10 +25,9 @@ from vla_server.io_struct import (
     encode,
     rpc_reply_decoder,
 )
-from vla_server.managers.session_registry import parse_open_session
 
 if TYPE_CHECKING:
-    from vla_server.managers.tokenizer_manager import TokenizerManager
+    from vla_server.frontend.tokenizer_manager import TokenizerManager
 
 logger = logging.getLogger(__name__)
 

@@ -32,18 +32,18 @@ import numpy as np
 from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 from fastapi.responses import PlainTextResponse
 
-from vla_server.entrypoints.action_request import (
+from vla_server.errors import RequestError
+from vla_server.frontend.action_request import (
     ActionFailed,
     ActionQuery,
     ActionTiming,
     stream_actions,
 )
-from vla_server.entrypoints.engine import Node
-from vla_server.entrypoints.frontend_common import served_model_id
-from vla_server.entrypoints.openpi_observation import OpenpiConfig, observation_query
-from vla_server.entrypoints.openpi_wire import WireFormatError, pack, unpack
-from vla_server.errors import RequestError
-from vla_server.managers.tokenizer_manager import TokenizerManager
+from vla_server.frontend.common import served_model_id
+from vla_server.frontend.node_handle import NodeHandle
+from vla_server.frontend.openpi_observation import OpenpiConfig, observation_query
+from vla_server.frontend.openpi_wire import WireFormatError, pack, unpack
+from vla_server.frontend.tokenizer_manager import TokenizerManager
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def authorized(ws: WebSocket, api_key: str | None) -> bool:
     return any(hmac.compare_digest(got, f"{s} {api_key}".encode()) for s in ("Api-Key", "Bearer"))
 
 
-def _metadata(node: Node, cfg: OpenpiConfig) -> dict[str, Any]:
+def _metadata(node: NodeHandle, cfg: OpenpiConfig) -> dict[str, Any]:
     actions = node.tokenizer_manager.mm.actions
     return {
         "server": "vla-server",
@@ -119,7 +119,7 @@ async def _serve(ws: WebSocket, tm: TokenizerManager, cfg: OpenpiConfig) -> None
         prev_total_ms = (time.perf_counter() - start) * 1000.0
 
 
-def add_openpi_routes(app: FastAPI, node: Node) -> None:
+def add_openpi_routes(app: FastAPI, node: NodeHandle) -> None:
     tm = node.tokenizer_manager
     cfg = OpenpiConfig.from_args(node.server_args)
     api_key = node.server_args.api_key

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 import zmq
 
+from vla_server.config import PortArgs, ServerArgs, default_torch_threads
 from vla_server.io_struct import (
     AbortReq,
     BatchTokenizedGenerateReqInput,
@@ -30,19 +31,6 @@ from vla_server.io_struct import (
     rpc_request_decoder,
     scheduler_input_decoder,
 )
-from vla_server.managers.batch_runner import BatchRunner
-from vla_server.managers.deadline import StepTimer
-from vla_server.managers.finish_check import FinishChecker
-from vla_server.managers.image_embedder import ImageEmbedder
-from vla_server.managers.kv_cache_manager import KVCacheManager
-from vla_server.managers.output_streamer import build_output, should_send
-from vla_server.managers.req import Req, finish_abort
-from vla_server.managers.result_processor import ResultProcessor
-from vla_server.managers.schedule_batch import ScheduledBatch
-from vla_server.managers.schedule_policy import PolicyConfig
-from vla_server.managers.scheduler_control import SchedulerControl
-from vla_server.managers.session_controller import SessionController, SessionError
-from vla_server.managers.step_builder import StepBuilder
 from vla_server.model.attention.registry import resolve_backend_name
 from vla_server.model.model_runner import ModelRunner
 from vla_server.multimodal.action_tokenizer import ActionTokenizer
@@ -52,7 +40,19 @@ from vla_server.process_utils import (
     parent_is_gone,
     zmq_socket,
 )
-from vla_server.server_args import PortArgs, ServerArgs, default_torch_threads
+from vla_server.scheduler.batch_runner import BatchRunner
+from vla_server.scheduler.control import SchedulerControl
+from vla_server.scheduler.deadline import StepTimer
+from vla_server.scheduler.finish_check import FinishChecker
+from vla_server.scheduler.image_embedder import ImageEmbedder
+from vla_server.scheduler.kv_cache_manager import KVCacheManager
+from vla_server.scheduler.output_streamer import build_output, should_send
+from vla_server.scheduler.policy import PolicyConfig
+from vla_server.scheduler.req import Req, finish_abort
+from vla_server.scheduler.result_processor import ResultProcessor
+from vla_server.scheduler.schedule_batch import ScheduledBatch
+from vla_server.scheduler.sessions import SessionController, SessionError
+from vla_server.scheduler.step_builder import StepBuilder
 
 logger = logging.getLogger(__name__)
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from vla_server.managers.batch_runner import prompt_span
-from vla_server.managers.req import Req
-from vla_server.managers.schedule_batch import PENDING, ScheduledBatch
-from vla_server.managers.schedule_policy import PrefillAdder, choose_victims, retraction_order
+from vla_server.scheduler.batch_runner import prompt_span
+from vla_server.scheduler.policy import PrefillAdder, choose_victims, retraction_order
+from vla_server.scheduler.req import Req
+from vla_server.scheduler.schedule_batch import PENDING, ScheduledBatch
 
 if TYPE_CHECKING:
-    from vla_server.managers.scheduler import Scheduler
+    from vla_server.scheduler.scheduler import Scheduler
 
 # After a retraction under KV pressure the reserve ratio rises by this, then decays per step.
 RESERVE_STEP = 0.2

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from vla_server.managers.req import Req
 from vla_server.mem_cache.kv_pool import ReqToTokenPool, TokenToKVPool
 from vla_server.mem_cache.radix_cache import RadixCache
+from vla_server.scheduler.req import Req
 
 
 class KVCacheManager:

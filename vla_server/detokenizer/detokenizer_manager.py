@@ -9,6 +9,9 @@ from multiprocessing.connection import Connection
 
 import zmq
 
+from vla_server.config import PortArgs, ServerArgs
+from vla_server.detokenizer.action_detokenizer import ActionDetokenizer
+from vla_server.detokenizer.incremental_decode import DecodeInput, IncrementalDecoder
 from vla_server.io_struct import (
     BatchStrOutput,
     BatchTokenIDOutput,
@@ -16,8 +19,6 @@ from vla_server.io_struct import (
     detokenizer_input_decoder,
     encode,
 )
-from vla_server.managers.action_detokenizer import ActionDetokenizer
-from vla_server.managers.incremental_decode import DecodeInput, IncrementalDecoder
 from vla_server.multimodal.action_tokenizer import ActionTokenizer
 from vla_server.process_utils import (
     become_child_process,
@@ -25,7 +26,6 @@ from vla_server.process_utils import (
     parent_is_gone,
     zmq_socket,
 )
-from vla_server.server_args import PortArgs, ServerArgs
 
 logger = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from vla_server.frontend.generate_request import GenerateItem
 from vla_server.io_struct import Logprobs, ReqOutputMeta
-from vla_server.managers.generate_request import GenerateItem
 
 
 @dataclass

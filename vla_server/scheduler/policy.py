@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from vla_server.managers.req import Req
+from vla_server.scheduler.req import Req
 
 
 @dataclass(frozen=True)

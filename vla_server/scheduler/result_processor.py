@@ -8,11 +8,11 @@ from __future__ import annotations
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
-from vla_server.managers.req import Req
-from vla_server.managers.schedule_batch import BatchResult, ReqLogprobs, ScheduledBatch
+from vla_server.scheduler.req import Req
+from vla_server.scheduler.schedule_batch import BatchResult, ReqLogprobs, ScheduledBatch
 
 if TYPE_CHECKING:
-    from vla_server.managers.scheduler import Scheduler
+    from vla_server.scheduler.scheduler import Scheduler
 
 
 class ResultProcessor:

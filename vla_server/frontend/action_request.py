@@ -13,11 +13,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from vla_server.entrypoints.chat_prompt import chat_prompt_ids, instruction_messages
-from vla_server.entrypoints.frontend_common import finish_error
 from vla_server.errors import RequestError
-from vla_server.managers.generate_request import from_kwargs
-from vla_server.managers.tokenizer_manager import TokenizerManager
+from vla_server.frontend.chat_prompt import chat_prompt_ids, instruction_messages
+from vla_server.frontend.common import finish_error
+from vla_server.frontend.generate_request import from_kwargs
+from vla_server.frontend.tokenizer_manager import TokenizerManager
 
 
 class ActionFailed(RuntimeError):

@@ -20,9 +20,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
-from vla_server.entrypoints.chat_prompt import chat_prompt_ids
-from vla_server.entrypoints.engine import Node
-from vla_server.entrypoints.frontend_common import (
+from vla_server.errors import RequestError
+from vla_server.frontend.chat_prompt import chat_prompt_ids
+from vla_server.frontend.common import (
     SSE_DONE,
     finish_error,
     json_response,
@@ -31,16 +31,16 @@ from vla_server.entrypoints.frontend_common import (
     served_model_id,
     sse,
 )
-from vla_server.entrypoints.openai_protocol import (
+from vla_server.frontend.generate_request import from_kwargs
+from vla_server.frontend.node_handle import NodeHandle
+from vla_server.frontend.openai_protocol import (
     ChatRequest,
     finish_reason_name,
     hf_messages,
     openai_error_body,
     usage,
 )
-from vla_server.errors import RequestError
-from vla_server.managers.generate_request import from_kwargs
-from vla_server.managers.tokenizer_manager import ClientDisconnected, TokenizerManager
+from vla_server.frontend.tokenizer_manager import ClientDisconnected, TokenizerManager
 
 _IMAGE_FIELD = re.compile(r"^image_data\[(\d+)\]")
 _SAMPLING_PARAM = {"max_new_tokens": "max_tokens"}
@@ -113,7 +113,7 @@ def _default_max_tokens(tm: TokenizerManager, ids: list[int], num_images: int) -
     return max(tm.limits.context_len - prompt, 1)
 
 
-def add_openai_routes(app: FastAPI, node: Node) -> None:
+def add_openai_routes(app: FastAPI, node: NodeHandle) -> None:
     tm = node.tokenizer_manager
     model = served_model_id(node.server_args)
     names = {model, node.server_args.model_path}

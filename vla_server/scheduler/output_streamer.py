@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vla_server.io_struct import BatchTokenIDOutput, ReqOutputMeta, SchedulerStats
-from vla_server.managers.req import DETOKENIZE_CONTEXT_IDS, Req
+from vla_server.scheduler.req import DETOKENIZE_CONTEXT_IDS, Req
 
 # A non-streaming request still ships its ids every so often, so the detokenizer's work stays
 # incremental instead of one large decode at the finish.

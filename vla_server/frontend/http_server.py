@@ -6,32 +6,28 @@ import asyncio
 import hmac
 import logging
 import os
-import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from multiprocessing.process import BaseProcess
 from typing import Any
 
 import msgspec
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
-from vla_server.entrypoints.actions_api import add_actions_routes
-from vla_server.entrypoints.engine import Node, describe_death, launch_node, stop_processes
-from vla_server.entrypoints.frontend_common import (
+from vla_server.errors import RequestError
+from vla_server.frontend.actions_api import add_actions_routes
+from vla_server.frontend.common import (
     SSE_DONE,
     finish_error,
     json_response,
     request_body,
     sse,
 )
-from vla_server.entrypoints.openai_api import add_openai_routes
-from vla_server.entrypoints.openpi_policy import add_openpi_routes
-from vla_server.errors import RequestError
-from vla_server.managers.generate_request import parse_body
-from vla_server.managers.tokenizer_manager import ClientDisconnected, TokenizerManager
-from vla_server.server_args import ServerArgs
+from vla_server.frontend.generate_request import parse_body
+from vla_server.frontend.node_handle import NodeHandle
+from vla_server.frontend.openai_api import add_openai_routes
+from vla_server.frontend.openpi_policy import add_openpi_routes
+from vla_server.frontend.tokenizer_manager import ClientDisconnected, TokenizerManager
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +79,7 @@ class ApiKeyMiddleware:
         await self.app(scope, receive, send)
 
 
-def create_app(node: Node) -> FastAPI:
+def create_app(node: NodeHandle) -> FastAPI:
     tm: TokenizerManager = node.tokenizer_manager
     args = node.server_args
 
@@ -147,7 +143,7 @@ def create_app(node: Node) -> FastAPI:
     return app
 
 
-def add_info_routes(app: FastAPI, node: Node) -> None:
+def add_info_routes(app: FastAPI, node: NodeHandle) -> None:
     tm = node.tokenizer_manager
     info = node.scheduler_info
 
@@ -159,7 +155,7 @@ def add_info_routes(app: FastAPI, node: Node) -> None:
 
     @app.get("/health_generate")
     async def health_generate() -> Response:
-        from vla_server.managers.generate_request import from_kwargs
+        from vla_server.frontend.generate_request import from_kwargs
 
         obj = from_kwargs(input_ids=[1], sampling_params={"max_new_tokens": 1, "temperature": 0.0})
         try:
@@ -252,46 +248,3 @@ def add_control_routes(app: FastAPI, tm: TokenizerManager) -> None:
         if not os.path.isdir(body.model_path):
             raise RequestError(f"no checkpoint folder at {body.model_path!r}", field="model_path")
         return reply(await tm.control.update_weights_from_disk(body.model_path))
-
-
-def _exit_on_child_death(node: Node) -> Any:
-    def on_death(p: BaseProcess) -> None:
-        logger.error("%s; shutting the node down", describe_death(p))
-        stop_processes([q for q in node.procs if q is not p])
-        node.port_args.cleanup()
-        os._exit(1)
-
-    return on_death
-
-
-def _exit_0_on_signal(signum: int, _frame: object) -> None:
-    raise SystemExit(0)
-
-
-def run_server(server_args: ServerArgs) -> None:
-    """Serve until SIGTERM or SIGINT, then drain and exit 0.
-
-    The drain is uvicorn's graceful shutdown: no new connections, in-flight requests (streams
-    too) run to their end for up to --graceful-shutdown-timeout seconds, then the ones still
-    running are cancelled, which aborts them in the scheduler; then the lifespan stops the node.
-    uvicorn re-delivers the signal it drained for to the handler installed before it (the
-    default one would make the exit code -15 or a KeyboardInterrupt), so the handlers set here
-    turn that into a clean exit 0. They also make a signal during start-up a clean stop.
-    """
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, _exit_0_on_signal)
-    node = launch_node(server_args)
-    try:
-        node.start_watchdog(_exit_on_child_death(node))
-        app = create_app(node)
-        config = uvicorn.Config(
-            app,
-            host=server_args.host,
-            port=server_args.port,
-            log_level=server_args.log_level,
-            timeout_graceful_shutdown=int(server_args.graceful_shutdown_timeout),
-            access_log=False,
-        )
-        uvicorn.Server(config).run()
-    finally:
-        node.shutdown()  # idempotent; covers a failure or a signal before the lifespan ran

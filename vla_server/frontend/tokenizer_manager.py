@@ -18,7 +18,27 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
+from vla_server.config import PortArgs, ServerArgs
 from vla_server.errors import RequestError
+from vla_server.frontend.aio_rwlock import RWLock
+from vla_server.frontend.control_client import ControlClient
+from vla_server.frontend.generate_request import (
+    GenerateItem,
+    GenerateReqInput,
+    ModelLimits,
+    check_prompt_length,
+    check_token_ids,
+    normalize,
+)
+from vla_server.frontend.mm_frontend import MultimodalFrontend
+from vla_server.frontend.req_state import (
+    ReqState,
+    coalesce,
+    extend_logprobs,
+    logprob_delta,
+    meta_info,
+)
+from vla_server.frontend.session_registry import SessionRegistry
 from vla_server.io_struct import (
     AbortReq,
     BatchStrOutput,
@@ -29,28 +49,8 @@ from vla_server.io_struct import (
     encode,
     tokenizer_input_decoder,
 )
-from vla_server.managers.aio_rwlock import RWLock
-from vla_server.managers.control_client import ControlClient
-from vla_server.managers.generate_request import (
-    GenerateItem,
-    GenerateReqInput,
-    ModelLimits,
-    check_prompt_length,
-    check_token_ids,
-    normalize,
-)
-from vla_server.managers.mm_frontend import MultimodalFrontend
-from vla_server.managers.req_state import (
-    ReqState,
-    coalesce,
-    extend_logprobs,
-    logprob_delta,
-    meta_info,
-)
-from vla_server.managers.session_registry import SessionRegistry
 from vla_server.metrics import ServerMetrics
 from vla_server.process_utils import zmq_socket
-from vla_server.server_args import PortArgs, ServerArgs
 
 logger = logging.getLogger(__name__)
 

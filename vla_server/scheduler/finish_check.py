@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vla_server.managers.req import Req, finish_length, finish_stop
+from vla_server.scheduler.req import Req, finish_length, finish_stop
 
 
 class FinishChecker:

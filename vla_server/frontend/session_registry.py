@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from vla_server.errors import RequestError, from_msgspec
-from vla_server.managers.generate_request import GenerateItem
+from vla_server.frontend.generate_request import GenerateItem
 
 
 class OpenSessionBody(msgspec.Struct, forbid_unknown_fields=True):

@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from vla_server.entrypoints.action_request import ActionQuery
+from vla_server.config import ServerArgs
 from vla_server.errors import RequestError
-from vla_server.server_args import ServerArgs
+from vla_server.frontend.action_request import ActionQuery
 
 
 @dataclass(frozen=True)

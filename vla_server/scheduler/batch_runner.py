@@ -13,11 +13,11 @@ import time
 import torch
 
 from vla_server.io_struct import MMItem
-from vla_server.managers.image_embedder import ImageEmbedder
-from vla_server.managers.req import Req
-from vla_server.managers.schedule_batch import PENDING, BatchResult, ReqLogprobs, ScheduledBatch
 from vla_server.model.model_runner import ModelRunner
 from vla_server.model.sampling import SamplingBatchInfo, compute_logprobs, make_generator
+from vla_server.scheduler.image_embedder import ImageEmbedder
+from vla_server.scheduler.req import Req
+from vla_server.scheduler.schedule_batch import PENDING, BatchResult, ReqLogprobs, ScheduledBatch
 
 
 class BatchRunner:

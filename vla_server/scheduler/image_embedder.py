@@ -17,11 +17,11 @@ from typing import Any
 import torch
 
 from vla_server.io_struct import MMItem
-from vla_server.managers.req import Req
 from vla_server.metrics import MM_IMAGE_SOURCES
 from vla_server.model.model_runner import ModelRunner
 from vla_server.multimodal.embedding_cache import EmbeddingCache
 from vla_server.multimodal.prefill_images import PrefillImages
+from vla_server.scheduler.req import Req
 
 
 class ImageEmbedder:

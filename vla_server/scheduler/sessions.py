@@ -14,8 +14,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from vla_server.io_struct import MMItem, SessionParams
-from vla_server.managers.req import Req
 from vla_server.mem_cache.radix_cache import PinHandle, RadixCache
+from vla_server.scheduler.req import Req
 
 
 class SessionError(ValueError):

@@ -15,10 +15,10 @@ from vla_server.io_struct import (
     RpcReply,
     UpdateWeightsFromDiskReq,
 )
-from vla_server.managers.session_controller import SessionError
+from vla_server.scheduler.sessions import SessionError
 
 if TYPE_CHECKING:
-    from vla_server.managers.scheduler import Scheduler
+    from vla_server.scheduler.scheduler import Scheduler
 
 
 class SchedulerControl:

@@ -8,9 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from vla_server.config import ServerArgs
 from vla_server.errors import RequestError
+from vla_server.frontend.generate_request import GenerateItem
 from vla_server.io_struct import MMItem, Tensor
-from vla_server.managers.generate_request import GenerateItem
 from vla_server.multimodal.action_tokenizer import ActionDecodeError, ActionTokenizer
 from vla_server.multimodal.image_errors import ImageInputError
 from vla_server.multimodal.image_hash import format_mm_hash
@@ -18,7 +19,6 @@ from vla_server.multimodal.image_input import MediaPolicy
 from vla_server.multimodal.image_pipeline import ImagePipeline
 from vla_server.multimodal.preprocess_config import PreprocessConfig
 from vla_server.multimodal.prompt_expansion import PlaceholderError, expand_image_placeholders
-from vla_server.server_args import ServerArgs
 
 MAX_ACTIONS_PER_REQUEST = 256
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from vla_server.managers.req import Req
+from vla_server.scheduler.req import Req
 
 EMA = 0.2  # weight of the newest measurement
 

@@ -10,8 +10,8 @@ import msgspec
 from fastapi import Request
 from fastapi.responses import Response
 
+from vla_server.config import ServerArgs
 from vla_server.errors import RequestError, from_msgspec
-from vla_server.server_args import ServerArgs
 
 T = TypeVar("T")
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from vla_server.managers.req import Req
+from vla_server.scheduler.req import Req
 
 # A new token that the previous batch samples: resolved by the worker from that batch's output.
 PENDING = -1

@@ -32,7 +32,8 @@ import msgspec
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
-from vla_server.entrypoints.action_request import (
+from vla_server.errors import RequestError
+from vla_server.frontend.action_request import (
     ActionFailed,
     ActionQuery,
     ActionTiming,
@@ -40,8 +41,7 @@ from vla_server.entrypoints.action_request import (
     resolved_unnorm_key,
     stream_actions,
 )
-from vla_server.entrypoints.engine import Node
-from vla_server.entrypoints.frontend_common import (
+from vla_server.frontend.common import (
     SSE_DONE,
     json_response,
     prepend,
@@ -49,8 +49,8 @@ from vla_server.entrypoints.frontend_common import (
     served_model_id,
     sse,
 )
-from vla_server.errors import RequestError
-from vla_server.managers.tokenizer_manager import ClientDisconnected, TokenizerManager
+from vla_server.frontend.node_handle import NodeHandle
+from vla_server.frontend.tokenizer_manager import ClientDisconnected, TokenizerManager
 
 
 class ActionsBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -152,7 +152,7 @@ class _Reply:
         return [ids[i * d : (i + 1) * d] for i in range(len(self.actions))]
 
 
-def add_actions_routes(app: FastAPI, node: Node) -> None:
+def add_actions_routes(app: FastAPI, node: NodeHandle) -> None:
     tm = node.tokenizer_manager
     model = served_model_id(node.server_args)
 

@@ -1,0 +1,60 @@
+"""`vla-server serve`: start the node, serve its HTTP app with uvicorn, drain on a signal."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+import uvicorn
+
+from vla_server.config import ServerArgs
+from vla_server.entrypoints.engine import Node, describe_death, launch_node, stop_processes
+from vla_server.frontend.http_server import create_app
+
+logger = logging.getLogger(__name__)
+
+
+def _exit_on_child_death(node: Node) -> Any:
+    def on_death(p: BaseProcess) -> None:
+        logger.error("%s; shutting the node down", describe_death(p))
+        stop_processes([q for q in node.procs if q is not p])
+        node.port_args.cleanup()
+        os._exit(1)
+
+    return on_death
+
+
+def _exit_0_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(0)
+
+
+def run_server(server_args: ServerArgs) -> None:
+    """Serve until SIGTERM or SIGINT, then drain and exit 0.
+
+    The drain is uvicorn's graceful shutdown: no new connections, in-flight requests (streams
+    too) run to their end for up to --graceful-shutdown-timeout seconds, then the ones still
+    running are cancelled, which aborts them in the scheduler; then the lifespan stops the node.
+    uvicorn re-delivers the signal it drained for to the handler installed before it (the
+    default one would make the exit code -15 or a KeyboardInterrupt), so the handlers set here
+    turn that into a clean exit 0. They also make a signal during start-up a clean stop.
+    """
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _exit_0_on_signal)
+    node = launch_node(server_args)
+    try:
+        node.start_watchdog(_exit_on_child_death(node))
+        app = create_app(node)
+        config = uvicorn.Config(
+            app,
+            host=server_args.host,
+            port=server_args.port,
+            log_level=server_args.log_level,
+            timeout_graceful_shutdown=int(server_args.graceful_shutdown_timeout),
+            access_log=False,
+        )
+        uvicorn.Server(config).run()
+    finally:
+        node.shutdown()  # idempotent; covers a failure or a signal before the lifespan ran
