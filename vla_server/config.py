@@ -1,4 +1,6 @@
-"""ServerArgs (the CLI / Engine configuration) and PortArgs (the socket addresses of one node)."""
+"""Configuration, parsed once: `ServerArgs` (the CLI / Engine arguments) splits into frozen
+per-component configs (`NodeConfig`), and each process receives only its own; `PortArgs` are the
+socket addresses of one node. See docs/architecture.md."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ def _opt(default: Any, help: str, **kw: Any) -> Any:
     return field(default=default, metadata={"help": help, **kw})
 
 
-@dataclass
+@dataclass(frozen=True)
 class ServerArgs:
     model_path: str | None = _opt(None, "HF-format checkpoint folder (default: the demo VLA)")
     tokenizer_path: str | None = _opt(None, "tokenizer folder (default: model_path)")
@@ -82,6 +84,25 @@ class ServerArgs:
         assert self.model_path is not None
         return self.tokenizer_path or self.model_path
 
+    def configs(self) -> NodeConfig:
+        """The per-component configs (model_path must be resolved first)."""
+        assert self.model_path is not None, "resolve the model path first"
+        ckpt = CheckpointConfig(self.model_path, self.resolved_tokenizer_path())
+        return NodeConfig(
+            frontend=FrontendConfig(
+                **_pick(
+                    FrontendConfig,
+                    self,
+                    checkpoint=ckpt,
+                    openpi_image_keys=tuple(self.openpi_image_keys),
+                )
+            ),
+            scheduler=SchedulerConfig(**_pick(SchedulerConfig, self)),
+            model=ModelRunnerConfig(**_pick(ModelRunnerConfig, self, checkpoint=ckpt)),
+            detokenizer=DetokenizerConfig(**_pick(DetokenizerConfig, self, checkpoint=ckpt)),
+            launch=LaunchConfig(**_pick(LaunchConfig, self)),
+        )
+
     @classmethod
     def add_cli_args(cls, parser: argparse.ArgumentParser) -> None:
         for f in dataclasses.fields(cls):
@@ -111,6 +132,101 @@ class ServerArgs:
         if d.get("api_key"):
             d["api_key"] = "***"
         return d
+
+
+def _pick(cls: type, args: ServerArgs, **given: Any) -> dict[str, Any]:
+    """The fields of config `cls` taken from `args` by name, plus `given`."""
+    names = [f.name for f in dataclasses.fields(cls) if f.name not in given]
+    return {**{n: getattr(args, n) for n in names}, **given}
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """Where the weights and the tokenizer are (every process loads the tokenizer)."""
+
+    model_path: str
+    tokenizer_path: str
+
+
+@dataclass(frozen=True)
+class FrontendConfig:
+    """The main process: HTTP routes, request validation, image front end, openpi endpoint."""
+
+    checkpoint: CheckpointConfig
+    api_key: str | None
+    served_model_name: str | None
+    default_priority_value: int
+    max_image_bytes: int
+    max_image_pixels: int
+    max_images_per_request: int
+    allowed_local_media_path: str | None
+    allow_remote_media: bool
+    openpi_action_horizon: int
+    openpi_image_keys: tuple[str, ...]
+    openpi_unnorm_key: str | None
+
+
+@dataclass(frozen=True)
+class ModelRunnerConfig:
+    """The model in the scheduler process: weights, device, KV pool size."""
+
+    checkpoint: CheckpointConfig
+    device: str
+    dtype: str
+    attention_backend: str
+    max_total_tokens: int | None
+    mem_fraction_static: float | None
+    max_running_requests: int
+    context_length: int | None
+    torch_num_threads: int | None
+    random_seed: int
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Scheduling rules and caches of the scheduler process."""
+
+    max_running_requests: int
+    chunked_prefill_size: int
+    disable_radix_cache: bool
+    disable_overlap_schedule: bool
+    decode_reserve_ratio: float
+    enable_priority_scheduling: bool
+    schedule_low_priority_values_first: bool
+    default_priority_value: int
+    priority_scheduling_preemption_threshold: int
+    disable_priority_preemption: bool
+    max_queued_requests: int | None
+    max_session_held_tokens: int
+    mm_embedding_cache_mb: float
+    stream_interval: int
+    log_level: str
+
+
+@dataclass(frozen=True)
+class DetokenizerConfig:
+    checkpoint: CheckpointConfig
+    log_level: str
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Starting, watching and stopping the node's processes and its HTTP server."""
+
+    host: str
+    port: int
+    log_level: str
+    watchdog_interval: float
+    graceful_shutdown_timeout: float
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    frontend: FrontendConfig
+    scheduler: SchedulerConfig
+    model: ModelRunnerConfig
+    detokenizer: DetokenizerConfig
+    launch: LaunchConfig
 
 
 def default_torch_threads() -> int:
