@@ -1,4 +1,6 @@
-"""GPU check of the serving path: ``python -m vla_server.bench gpu``.
+"""GPU check: the Triton kernels, then the served ITL against the memory-bandwidth bound.
+
+    python -m vla_server.bench gpu [--dtype bf16] [--served-itl-model 1b|tiny|none]
 
 Prints one table: the Triton kernel checks of ``python -m vla_kernels.check_gpu`` (error against
 the torch references, times against the torch baselines), then the served inter-token latency
