@@ -28,8 +28,9 @@ import psutil
 import pytest
 
 from ros_bridge import compat
-from ros_bridge.bags import raw_frame, read_frames
+from ros_bridge.bags import read_frames
 from ros_bridge.bench_bridge import flush_cache
+from ros_bridge.camera_frame import raw_frame
 from ros_bridge.compat import rclpy, sensor_msgs, std_msgs
 from ros_bridge.frame_input import PreparedImage, prepare_image
 from ros_bridge.replay import camera_msg
