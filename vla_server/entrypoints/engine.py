@@ -182,7 +182,6 @@ class Engine:
         self._thread.start()
         self.node = launch_node(ServerArgs(model_path=model_path, **kwargs))
         self.tokenizer_manager = self.node.tokenizer_manager
-        self.server_args = self.node.server_args
         self.node.start_watchdog(self._on_child_death)
         self._closed = False
 
