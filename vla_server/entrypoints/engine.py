@@ -104,7 +104,7 @@ def launch_node(server_args: ServerArgs) -> Node:
     )
     detok = ctx.Process(
         target=run_detokenizer_process,
-        args=(args.configs().detokenizer, port_args, detok_writer, parent),
+        args=(configs.detokenizer, port_args, detok_writer, parent),
         name="detokenizer",
     )
     procs: list[BaseProcess] = [sched, detok]

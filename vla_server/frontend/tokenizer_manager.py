@@ -21,7 +21,6 @@ import zmq.asyncio
 
 from vla_server.config import FrontendConfig, PortArgs
 from vla_server.errors import RequestError
-from vla_server.frontend.aio_rwlock import RWLock
 from vla_server.frontend.control_client import ControlClient
 from vla_server.frontend.generate_request import (
     GenerateItem,
@@ -29,6 +28,7 @@ from vla_server.frontend.generate_request import (
     check_prompt_length,
     check_token_ids,
 )
+from vla_server.frontend.generation_gate import GenerationGate
 from vla_server.frontend.mm_frontend import MultimodalFrontend
 from vla_server.frontend.req_state import (
     ReqState,
@@ -70,9 +70,7 @@ class TokenizerManager:
         self.sessions = SessionRegistry()
         self.rid_to_state: dict[str, ReqState] = {}
         self.metrics = ServerMetrics()
-        self.model_update_lock = RWLock()
-        self.is_pause = False
-        self._pause_cond: asyncio.Condition | None = None
+        self.gate = GenerationGate()
         self.dead_reason: str | None = None
         self._ctx = zmq.asyncio.Context(2)
         self.recv_sock = zmq_socket(self._ctx, zmq.PULL, port_args.tokenizer_ipc_name, bind=True)
@@ -80,7 +78,12 @@ class TokenizerManager:
             self._ctx, zmq.PUSH, port_args.scheduler_input_ipc_name, bind=False
         )
         self.control = ControlClient(
-            self, zmq_socket(self._ctx, zmq.DEALER, port_args.rpc_ipc_name, bind=True)
+            zmq_socket(self._ctx, zmq.DEALER, port_args.rpc_ipc_name, bind=True),
+            self.gate,
+            self.sessions,
+            before_call=self._before_control_call,
+            abort_all=lambda: self.abort_request(abort_all=True),
+            actions=lambda: self.mm.actions,
         )
         self._loop_tasks: list[asyncio.Task[None]] = []
 
@@ -88,7 +91,7 @@ class TokenizerManager:
 
     def ensure_loops(self) -> None:
         if not self._loop_tasks:
-            self._pause_cond = asyncio.Condition()
+            self.gate.start()
             self._loop_tasks = [
                 asyncio.create_task(self._handle_loop()),
                 asyncio.create_task(self.control.reply_loop()),
@@ -223,8 +226,7 @@ class TokenizerManager:
             self.sessions.apply(item)
         states = self._init_states(items)
         try:
-            await self._wait_unpaused()
-            async with self.model_update_lock.reader():
+            async with self.gate.generation():
                 msgs = [await self._timed_tokenize(st) for st in states]
                 self._send(msgs, states)
                 async for out in self._wait_responses(states, request):
@@ -237,6 +239,10 @@ class TokenizerManager:
         if self.dead_reason is not None:
             raise RequestError(f"the engine is down: {self.dead_reason}", status_code=503)
 
+    def _before_control_call(self) -> None:
+        self.ensure_loops()
+        self._check_alive()
+
     def _init_states(self, items: list[GenerateItem]) -> list[ReqState]:
         dup = next((it.rid for it in items if it.rid in self.rid_to_state), None)
         if dup is not None:
@@ -246,12 +252,6 @@ class TokenizerManager:
         for st in states:
             self.rid_to_state[st.rid] = st
         return states
-
-    async def _wait_unpaused(self) -> None:
-        assert self._pause_cond is not None
-        if self.is_pause:
-            async with self._pause_cond:
-                await self._pause_cond.wait_for(lambda: not self.is_pause)
 
     def set_model_info(self, info: dict[str, Any]) -> None:
         """Called once the scheduler reports ready: model limits and the multimodal front end."""
