@@ -23,7 +23,7 @@ from vla_server.detokenizer.detokenizer_manager import run_detokenizer_process
 from vla_server.frontend.generate_request import GenerateReqInput, from_kwargs
 from vla_server.frontend.tokenizer_manager import TokenizerManager
 from vla_server.frontend.watchdog import SubprocessWatchdog
-from vla_server.scheduler.scheduler import run_scheduler_process
+from vla_server.scheduler.process import run_scheduler_process
 
 logger = logging.getLogger(__name__)
 
@@ -87,9 +87,10 @@ def launch_node(server_args: ServerArgs) -> Node:
     sched_reader, sched_writer = ctx.Pipe(duplex=False)
     detok_reader, detok_writer = ctx.Pipe(duplex=False)
     parent = os.getpid()
+    configs = args.configs()
     sched = ctx.Process(
         target=run_scheduler_process,
-        args=(args, port_args, sched_writer, parent),
+        args=(configs.scheduler, configs.model, port_args, sched_writer, parent),
         name="scheduler",
     )
     detok = ctx.Process(
