@@ -147,8 +147,9 @@ class FakeModel:
         self, logits: torch.Tensor, info: SamplingBatchInfo, top_logprobs_nums: Any = None
     ) -> SampleOutput:
         ids = sample(logits, info)
-        lps = None if top_logprobs_nums is None else compute_logprobs(logits, ids, top_logprobs_nums)
-        return SampleOutput(ids, lps)
+        if top_logprobs_nums is None:
+            return SampleOutput(ids, None)
+        return SampleOutput(ids, compute_logprobs(logits, ids, top_logprobs_nums))
 
     def update_weights_from_disk(self, model_path: str) -> None:
         self.salt = salt_of(model_path)
@@ -198,7 +199,8 @@ class Result:
 
     ids: list[int] = field(default_factory=list)
     finish: dict[str, Any] | None = None
-    meta: ReqOutputMeta | None = None
+    meta: ReqOutputMeta | None = None  # of the last chunk
+    queue_steps: int | None = None  # sent once, with the first chunk after the first forward
     chunks: int = 0
     input_logprob_ids: list[int] = field(default_factory=list)
 
@@ -225,6 +227,8 @@ class Collector:
                 self.events.append((rid, "first"))
             res.ids += new
             res.finish, res.meta = out.finished_reasons[i], out.metas[i]
+            if res.meta.queue_steps is not None:
+                res.queue_steps = res.meta.queue_steps
             res.chunks += 1
             if out.logprobs[i] is not None:
                 res.input_logprob_ids += out.logprobs[i].input_ids
