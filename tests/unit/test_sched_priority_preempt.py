@@ -210,3 +210,20 @@ def test_preempt_full_reserve_admits_only_what_fits_and_never_retracts():
     h, _ = kv_pressure(1.0)
     assert h.core.stats().num_retractions == 0
     assert max(len(b.reqs) for b in h.runner.batches) == 4  # 4 x 70 <= 300 < 5 x 70
+
+
+@pytest.mark.parametrize("priorities", [False, True])
+def test_sched_a_request_that_does_not_fit_holds_back_those_behind_it(priorities):
+    """Strict queue order: the head of the queue waits for KV (it may not preempt: the gap is
+    within the threshold), and a request behind it that would fit does not jump ahead."""
+    h = Harness(pool=200, enable_priority_scheduling=priorities)
+    h.submit("running", [5] * 10, 100, stream=True)
+    h.step()
+    h.submit("head", [6] * 10, 100, priority=5, stream=True)  # 110 > 200 - 110 reserved
+    h.submit("small", [7] * 5, 10, stream=True)  # 15 would fit
+    h.step(3)
+    assert h.waiting() == ["head", "small"]
+    h.run()
+    h.assert_clean()
+    assert end(h, "running") < first(h, "head") and end(h, "running") < first(h, "small")
+    assert h.out["small"].ids == reference([7] * 5, 10)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.sched_fakes import BOS, Harness, reference
+from tests.unit.sched_fakes import BOS, Harness, greedy, reference
 from vla_server.io_struct import (
     CloseSessionReq,
     ContinueGenerationReq,
@@ -326,3 +326,19 @@ def test_session_held_tokens_bound_unpins_the_oldest_session():
     turn(h, "held-new-2", [7, 8], 4, id="new")
     assert h.out["held-old-2"].meta.cached_tokens < 149
     assert h.out["held-new-2"].meta.cached_tokens == 149
+
+
+@pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "plain"])
+def test_session_a_turn_ended_by_a_stop_id_continues_from_what_the_client_got(overlap):
+    """The overlap loop has the next token of a stopped turn in flight already: it is not part
+    of the turn's output, so not of the next turn's context either."""
+    h = node(disable_overlap_schedule=not overlap)
+    open_session(h, "s")
+    first = tokens(0, 6)
+    stop = reference(first, 20)[5]
+    h.submit("t1", first, sampling=greedy(20, stop_token_ids=[stop]), session={"id": "s"})
+    h.run()
+    ctx = first + h.out["t1"].ids
+    assert h.out["t1"].ids[-1] == stop and len(h.out["t1"].ids) <= 6
+    assert turn(h, "t2", [7], 4, id="s") == reference(ctx + [7], 4)
+    assert h.out["t2"].meta.prompt_tokens == len(ctx) + 1
