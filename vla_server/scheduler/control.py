@@ -17,7 +17,6 @@ from vla_server.io_struct import (
     UpdateWeightsFromDiskReq,
 )
 from vla_server.scheduler.image_embedder import ImageEmbedder
-from vla_server.scheduler.interfaces import Runner
 from vla_server.scheduler.kv_cache_manager import KVCacheManager
 from vla_server.scheduler.sessions import SessionController, SessionError
 from vla_server.scheduler.state import SchedState
@@ -29,7 +28,7 @@ class SchedulerControl:
         state: SchedState,
         kv: KVCacheManager,
         sessions: SessionController,
-        runner: Runner,
+        update_weights: Callable[[str], None],
         embedder: ImageEmbedder | None,
         drain: Callable[[], None],
         abort_all: Callable[[], None],
@@ -37,7 +36,7 @@ class SchedulerControl:
         self.state = state
         self.kv = kv
         self.sessions = sessions
-        self.runner = runner
+        self.update_weights = update_weights
         self.embedder = embedder
         self.drain = drain
         self.abort_all = abort_all
@@ -108,7 +107,7 @@ class SchedulerControl:
                 success=False,
                 message="cannot update weights: the cache must be flushed and " + refusal,
             )
-        self.runner.update_weights_from_disk(msg.model_path)
+        self.update_weights(msg.model_path)
         self._flush()
         self.weight_version += 1
         return RpcReply(

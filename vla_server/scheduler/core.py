@@ -70,7 +70,7 @@ class SchedulerCore:
             self.state,
             sessions,
             self.outputs,
-            runner,
+            runner.generator_for,
             self.clock,
             kv_tokens=kv.total_tokens,
             context_len=context_len,
@@ -81,7 +81,13 @@ class SchedulerCore:
             self.state, kv, sessions, finish_checker, self.timer, self.outputs
         )
         self.control = SchedulerControl(
-            self.state, kv, sessions, runner, embedder, self.drain, self._abort_all
+            self.state,
+            kv,
+            sessions,
+            runner.update_weights_from_disk,
+            embedder,
+            self.drain,
+            self._abort_all,
         )
         self._sessions_reaped_at = self.clock.monotonic()
 

@@ -10,11 +10,13 @@ request; anyone else gets a 503.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from vla_server.config import SchedulerConfig
 from vla_server.io_struct import AbortReq, TokenizedGenerateReqInput
-from vla_server.scheduler.interfaces import Clock, Runner
+from vla_server.scheduler.interfaces import Clock
 from vla_server.scheduler.output_streamer import OutputStream
 from vla_server.scheduler.policy import PolicyConfig
 from vla_server.scheduler.req import Req, finish_abort
@@ -30,7 +32,7 @@ class Intake:
         state: SchedState,
         sessions: SessionController,
         outputs: OutputStream,
-        runner: Runner,
+        generator_for: Callable[[int | None], torch.Generator | None],
         clock: Clock,
         *,
         kv_tokens: int,
@@ -43,7 +45,7 @@ class Intake:
         self.state = state
         self.sessions = sessions
         self.outputs = outputs
-        self.runner = runner
+        self.generator_for = generator_for  # a seeded request's own random stream
         self.clock = clock
         self.kv_tokens = kv_tokens
         self.context_len = context_len
@@ -78,7 +80,7 @@ class Intake:
             return
         if turn is not None:
             self.sessions.add_turn(turn)
-        req.generator = self.runner.generator_for(req.sampling_params.seed)
+        req.generator = self.generator_for(req.sampling_params.seed)
         self.state.waiting.append(req)
 
     def abort(self, msg: AbortReq) -> None:
