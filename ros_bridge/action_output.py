@@ -14,10 +14,8 @@ from typing import Any
 
 from ros_bridge.compat import builtin_interfaces, std_msgs, trajectory_msgs
 from ros_bridge.late_policy import LateCommand
+from ros_bridge.output_modes import FLOAT64_MULTIARRAY, JOINT_TRAJECTORY, OUTPUT_MODES
 
-FLOAT64_MULTIARRAY = "float64_multiarray"
-JOINT_TRAJECTORY = "joint_trajectory"
-OUTPUT_MODES = (FLOAT64_MULTIARRAY, JOINT_TRAJECTORY)
 NS_PER_S = 1_000_000_000
 
 

@@ -34,8 +34,9 @@ from typing import Any
 import httpx
 
 from ros_bridge import compat
-from ros_bridge.bags import CameraFrame, read_frames
+from ros_bridge.bags import read_frames
 from ros_bridge.bridge_node import VlaBridgeNode
+from ros_bridge.camera_frame import CameraFrame
 from ros_bridge.compat import rclpy, sensor_msgs, trajectory_msgs
 from ros_bridge.replay import camera_msg
 from ros_bridge.request_body import RequestSettings

@@ -9,14 +9,14 @@ back `publish_action` / `publish_late` the moment there is something to send.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
 from ros_bridge.action_output import action_message, late_message, output_type
-from ros_bridge.bags.frame import frame_from_msg
 from ros_bridge.bridge_params import PARAMS, PARAMS_BY_NAME, ParamSpec
 from ros_bridge.bridge_worker import BridgeWorker, FrameJob, WorkerConfig
+from ros_bridge.camera_frame import frame_from_msg
 from ros_bridge.compat import diagnostic_msgs, rcl_interfaces, rclpy, sensor_msgs
 from ros_bridge.frame_input import BadFrame, PreparedImage, prepare_image
 from ros_bridge.late_policy import LateCommand, parse_on_late
@@ -217,12 +217,12 @@ def _budgets(values: dict[str, Any]) -> Budgets:
     )
 
 
-def main(args: list[str] | None = None) -> None:
-    """`ros2 run vla_bridge bridge_node` (and the launch file's Node action)."""
-    rclpy.init(args=args)
+def spin(make_node: Callable[[], VlaBridgeNode]) -> None:
+    """Runs the node made by `make_node` until ^C or shutdown, then destroys it and shuts
+    rclpy down (rclpy must be initialised)."""
     node = None
     try:
-        node = VlaBridgeNode()
+        node = make_node()
         executor = rclpy.executors.MultiThreadedExecutor(num_threads=2)
         executor.add_node(node)
         executor.spin()
@@ -232,3 +232,9 @@ def main(args: list[str] | None = None) -> None:
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()
+
+
+def main(args: list[str] | None = None) -> None:
+    """`ros2 run vla_bridge bridge_node` (and the launch file's Node action)."""
+    rclpy.init(args=args)
+    spin(VlaBridgeNode)

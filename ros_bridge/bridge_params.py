@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
-from ros_bridge.action_output import OUTPUT_MODES
 from ros_bridge.late_policy import OnLate
+from ros_bridge.output_modes import OUTPUT_MODES
 
 
 @dataclass(frozen=True)

@@ -3,22 +3,25 @@
 `vla-bridge [run] [--model M] [--port P] [--camera TOPIC] [--<parameter> VALUE ...]` starts
 `vla-server serve` and VlaBridgeNode on the shim, with the same arguments (and defaults) as
 `ros2 launch vla_bridge vla_bridge.launch.py name:=value ...`: both come from bridge_params.
+
+Only the chosen command's module is imported, after checking that what it needs from the
+`[ros]` extra is installed: `run` never imports the bag tools (rosbags).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import importlib
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
+from ros_bridge import extras
 
-from ros_bridge import compat
-from ros_bridge.bridge_params import LAUNCH_PARAMS, SERVER_ARGS, ParamSpec, launch_default
-
-SUBCOMMANDS = ("run", "replay", "record")
+if TYPE_CHECKING:
+    from ros_bridge.bridge_params import ParamSpec
 
 
 def parse_bool(text: str) -> bool:
@@ -43,6 +46,8 @@ def _add_param_flag(parser: argparse.ArgumentParser, spec: ParamSpec) -> None:
 
 
 def add_run_args(parser: argparse.ArgumentParser) -> None:
+    from ros_bridge.bridge_params import LAUNCH_PARAMS, SERVER_ARGS
+
     for arg in SERVER_ARGS:
         flags = [f"--{arg.name}"] + ([f"--{arg.name.replace('_', '-')}"] if "_" in arg.name else [])
         kind = parse_bool if arg.default in ("true", "false") else str
@@ -61,41 +66,16 @@ def add_run_args(parser: argparse.ArgumentParser) -> None:
 
 def run_args_defaults() -> dict[str, str]:
     """The run flags' defaults as launch-argument text (for the launch-file parity test)."""
+    from ros_bridge.bridge_params import LAUNCH_PARAMS, SERVER_ARGS, launch_default
+
     defaults = {arg.name: arg.default for arg in SERVER_ARGS}
     defaults.update({spec.name: launch_default(spec) for spec in LAUNCH_PARAMS})
     return defaults
 
 
-def cmd_run(ns: argparse.Namespace) -> None:
-    from ros_bridge.bridge_node import VlaBridgeNode
-    from ros_bridge.compat import rclpy
-    from vla_server.server_subprocess import start_server
-
-    server = start_server(ns.model, ns.host, int(ns.port)) if ns.start_server else None
-    try:
-        if server is not None:
-            server.wait_healthy()
-        init_kw = {"transport": ns.transport} if compat.USING_SHIM else {}
-        rclpy.init(args=["--ros-args", "-r", f"image:={ns.camera}"], **init_kw)
-        values = {spec.name: getattr(ns, spec.name) for spec in LAUNCH_PARAMS}
-        values["server_url"] = f"http://{ns.host}:{ns.port}"
-        overrides = [rclpy.parameter.Parameter(k, value=v) for k, v in values.items() if v != []]
-        node = VlaBridgeNode(parameter_overrides=overrides)
-        try:
-            executor = rclpy.executors.MultiThreadedExecutor(num_threads=2)
-            executor.add_node(node)
-            executor.spin()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            node.destroy_node()
-            rclpy.try_shutdown()
-    finally:
-        if server is not None:
-            server.stop()
-
-
 def _param_pair(text: str) -> tuple[str, Any]:
+    import yaml
+
     name, sep, value = text.partition(":=")
     if not sep or not name:
         raise argparse.ArgumentTypeError(f"expected NAME:=VALUE, got {text!r}")
@@ -120,23 +100,6 @@ def add_replay_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def cmd_replay(ns: argparse.Namespace) -> None:
-    from ros_bridge.replay import ReplayConfig, run_replay, write_report
-
-    config = ReplayConfig(
-        ns.bag, ns.server_url, ns.image_topics, ns.rate, ns.instruction, dict(ns.param)
-    )
-    report = run_replay(config)
-    write_report(report, ns.report)
-    if ns.plot is not None:
-        from ros_bridge.replay_plot import plot_report
-
-        plot_report(report, ns.plot)
-    summary = {k: report[k] for k in ("frames_in", "frames_processed", "deadline_misses")}
-    summary["frame_to_action"] = report["frame_to_action"]
-    print(json.dumps(summary))
-
-
 def add_record_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("bag", type=Path, help="new rosbag2 folder to write")
     parser.add_argument("--image-topics", nargs="+", required=True)
@@ -147,47 +110,39 @@ def add_record_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transport", choices=("dds", "inproc"), default="dds")
 
 
-def cmd_record(ns: argparse.Namespace) -> None:
-    from ros_bridge.compat import rclpy
-    from ros_bridge.record import record_topics
+@dataclass(frozen=True)
+class Command:
+    module: str  # holds `command(ns)`, imported only when this command runs
+    add_args: Callable[[argparse.ArgumentParser], None]
+    needs: tuple[str, ...]  # import names from the [ros] extra
 
-    rclpy.init(args=[], **({"transport": ns.transport} if compat.USING_SHIM else {}))
-    try:
-        n = record_topics(
-            ns.bag,
-            ns.image_topics,
-            compressed=ns.compressed,
-            storage=ns.storage,
-            duration_s=ns.duration,
-            max_frames=ns.frames,
-        )
-    except KeyboardInterrupt:
-        n = -1
-    finally:
-        rclpy.try_shutdown()
-    print(f"recorded {n if n >= 0 else 'some'} frames to {ns.bag}")
+
+COMMANDS = {
+    "run": Command("ros_bridge.run", add_run_args, (extras.YAML,)),
+    "replay": Command("ros_bridge.replay", add_replay_args, (extras.YAML, extras.ROSBAGS)),
+    "record": Command("ros_bridge.record", add_record_args, (extras.YAML, extras.ROSBAGS)),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vla-bridge", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, add, func in (
-        ("run", add_run_args, cmd_run),
-        ("replay", add_replay_args, cmd_replay),
-        ("record", add_record_args, cmd_record),
-    ):
-        sub_parser = sub.add_parser(name)
-        add(sub_parser)
-        sub_parser.set_defaults(func=func)
+    for name, command in COMMANDS.items():
+        command.add_args(sub.add_parser(name))
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in (*SUBCOMMANDS, "-h", "--help"):
+    if not argv or argv[0] not in (*COMMANDS, "-h", "--help"):
         argv.insert(0, "run")  # `vla-bridge --port 30001` means `vla-bridge run --port 30001`
+    # Before the parser is built: the run flags' defaults need yaml.
+    if argv[0] in COMMANDS:
+        extras.require(f"vla-bridge {argv[0]}", COMMANDS[argv[0]].needs)
+    else:
+        extras.require("vla-bridge", (extras.YAML,))
     ns = build_parser().parse_args(argv)
-    ns.func(ns)
+    importlib.import_module(COMMANDS[ns.command].module).command(ns)
 
 
 if __name__ == "__main__":

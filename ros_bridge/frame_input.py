@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ros_bridge.bags.frame import CameraFrame
+from ros_bridge.camera_frame import CameraFrame
 from vla_server.multimodal.image_decode import array_to_rgb, decode_encoded_image
 from vla_server.multimodal.image_errors import ImageInputError
 from vla_server.multimodal.image_hash import format_mm_hash, image_hash

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ros_bridge.bags import BagRecorder, frame_from_msg
+from ros_bridge import compat, extras
+from ros_bridge.bags import BagRecorder
+from ros_bridge.camera_frame import frame_from_msg
 from ros_bridge.compat import rclpy, sensor_msgs
 
 # Best effort receives from reliable and best-effort publishers alike; the deep queue absorbs
@@ -56,3 +59,24 @@ def record_topics(
             executor.shutdown()
             node.destroy_node()
         return recorder.frames_written
+
+
+def command(ns: argparse.Namespace) -> None:
+    """`vla-bridge record BAG --image-topics T ... [--duration S] [--frames N]`."""
+    if compat.USING_SHIM and ns.transport == "dds":
+        extras.require("vla-bridge record --transport dds", (extras.DDS,))
+    rclpy.init(args=[], **({"transport": ns.transport} if compat.USING_SHIM else {}))
+    try:
+        n = record_topics(
+            ns.bag,
+            ns.image_topics,
+            compressed=ns.compressed,
+            storage=ns.storage,
+            duration_s=ns.duration,
+            max_frames=ns.frames,
+        )
+    except KeyboardInterrupt:
+        n = -1
+    finally:
+        rclpy.try_shutdown()
+    print(f"recorded {n if n >= 0 else 'some'} frames to {ns.bag}")

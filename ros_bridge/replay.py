@@ -9,6 +9,7 @@ many actions each, and the frame-publish-to-first-action latency per frame (for 
 
 from __future__ import annotations
 
+import argparse
 import json
 import threading
 import time
@@ -19,9 +20,9 @@ from typing import Any
 
 from ros_bridge import compat
 from ros_bridge.action_output import output_type
-from ros_bridge.bags import CameraFrame, describe_bag, paced, read_frames
-from ros_bridge.bags.frame import COMPRESSED_MSGTYPE
+from ros_bridge.bags import describe_bag, paced, read_frames
 from ros_bridge.bridge_node import VlaBridgeNode
+from ros_bridge.camera_frame import COMPRESSED_MSGTYPE, CameraFrame
 from ros_bridge.compat import builtin_interfaces, diagnostic_msgs, rclpy, sensor_msgs
 from ros_bridge.latency_monitor import COUNTERS, Level
 
@@ -215,3 +216,19 @@ def _report(
 def write_report(report: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+
+
+def command(ns: argparse.Namespace) -> None:
+    """`vla-bridge replay BAG --server-url URL --report REPORT.json [--plot PNG]`."""
+    config = ReplayConfig(
+        ns.bag, ns.server_url, ns.image_topics, ns.rate, ns.instruction, dict(ns.param)
+    )
+    report = run_replay(config)
+    write_report(report, ns.report)
+    if ns.plot is not None:
+        from ros_bridge.replay_plot import plot_report
+
+        plot_report(report, ns.plot)
+    summary = {k: report[k] for k in ("frames_in", "frames_processed", "deadline_misses")}
+    summary["frame_to_action"] = report["frame_to_action"]
+    print(json.dumps(summary))

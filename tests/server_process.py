@@ -1,5 +1,5 @@
-"""Tests start servers through the package's own helper."""
+"""Old home of the server helpers, kept until the scheduler tests import `tests.helpers.server`."""
 
-from vla_server.server_subprocess import ServerProcess, free_port, run_server
+from tests.helpers.server import ServerProcess, free_port, run_server
 
 __all__ = ["ServerProcess", "free_port", "run_server"]

@@ -7,11 +7,17 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any, NoReturn, TypeVar
 
 import zmq
 
 PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
 LOG_FORMAT = "[%(asctime)s %(processName)s] %(levelname)s %(name)s: %(message)s"
 
 
@@ -46,3 +52,32 @@ def become_child_process(name: str) -> None:
 
 def parent_is_gone(parent_pid: int) -> bool:
     return os.getppid() != parent_pid
+
+
+def run_child_process(
+    name: str,
+    log_level: str,
+    ready_pipe: Connection,
+    build: Callable[[], T],
+    ready_info: Callable[[T], dict[str, Any]],
+    serve: Callable[[T], None],
+) -> NoReturn:
+    """The life of a node's child process (scheduler, detokenizer): build its object, report
+    `ready_info` (or the error) on the pipe the launcher waits on, serve until the parent is
+    gone, and exit 1 on any failure so the watchdog brings the node down."""
+    become_child_process(name)
+    configure_logging(log_level)
+    try:
+        obj = build()
+    except Exception as e:
+        logger.exception("%s failed to start", name)
+        ready_pipe.send({"status": "error", "message": f"{type(e).__name__}: {e}"})
+        sys.exit(1)
+    ready_pipe.send(ready_info(obj))
+    ready_pipe.close()
+    try:
+        serve(obj)
+    except Exception:
+        logger.exception("%s crashed", name)
+        sys.exit(1)
+    os._exit(0)

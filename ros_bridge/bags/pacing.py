@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from ros_bridge.bags.frame import NS_PER_S, CameraFrame
+from ros_bridge.camera_frame import NS_PER_S, CameraFrame
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from rosbags.rosbag2 import Reader
 
-from ros_bridge.bags.frame import CAMERA_MSGTYPES, CameraFrame, frame_from_msg, jazzy_typestore
+from ros_bridge.bags.messages import jazzy_typestore
+from ros_bridge.camera_frame import CAMERA_MSGTYPES, CameraFrame, frame_from_msg
 
 
 @dataclass(frozen=True, slots=True)

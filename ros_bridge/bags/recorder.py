@@ -8,7 +8,8 @@ from types import TracebackType
 from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.rosbag2.writer import Connection
 
-from ros_bridge.bags.frame import CameraFrame, frame_to_msg, jazzy_typestore
+from ros_bridge.bags.messages import frame_to_msg, jazzy_typestore
+from ros_bridge.camera_frame import CameraFrame
 
 STORAGES = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}
 BAG_VERSION = 9  # the rosbag2 metadata version Jazzy writes

@@ -12,10 +12,11 @@ from collections import UserList
 from collections.abc import Sequence as AbcSequence
 from collections.abc import Set as AbcSet
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union
+from typing import Any
 
-if TYPE_CHECKING:
-    from ros_bridge.shim.message import Message
+# A message class (a subclass of ros_bridge.shim.message.Message, which is built on this module):
+# here it is only constructed, isinstance-checked and named.
+MessageType = type
 
 
 class FieldValueError(AssertionError, TypeError):
@@ -94,7 +95,7 @@ PRIMITIVES: dict[str, Primitive] = {
 class Sequence:
     """`T[]` (unbounded) or `T[<=N]` (bounded) of a primitive or a message type."""
 
-    element: Primitive | type[Message]
+    element: Primitive | MessageType
     max_len: int | None = None
 
     @property
@@ -107,10 +108,10 @@ class Sequence:
         return array.array(self.element.code) if self.is_numeric else []  # type: ignore[union-attr]
 
 
-FieldType = Union[Primitive, Sequence, "type[Message]"]
+FieldType = Primitive | Sequence | MessageType
 
 
-def seq(element: str | type[Message], max_len: int | None = None) -> Sequence:
+def seq(element: str | MessageType, max_len: int | None = None) -> Sequence:
     """The sequence type of `element`, given as a primitive name or a message class."""
     return Sequence(PRIMITIVES[element] if isinstance(element, str) else element, max_len)
 

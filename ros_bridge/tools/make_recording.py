@@ -20,7 +20,8 @@ from typing import Protocol
 
 import numpy as np
 
-from ros_bridge.bags import BagRecorder, CameraFrame, compressed_frame, raw_frame
+from ros_bridge.bags import BagRecorder
+from ros_bridge.camera_frame import CameraFrame, compressed_frame, raw_frame
 from ros_bridge.tools.image_codec import CODEC_FORMATS, encode_rgb
 from ros_bridge.tools.scene_motion import ArmMotion, MotionScript
 

@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.server_process import run_server
+# idle_state and running_reqs are re-exported until the scheduler tests import them from
+# tests.helpers.server; otherwise this file holds only fixtures.
+from tests.helpers.server import idle_state, module_server, running_reqs  # noqa: F401
 from tests.tiny_checkpoints import make_llama
 
 
@@ -11,21 +13,5 @@ def llama_path():
     return make_llama()
 
 
-@pytest.fixture(scope="module")
-def server(llama_path, tmp_path_factory):
-    """One live node on the tiny Llama for a whole test module."""
-    tmp = tmp_path_factory.mktemp("server")
-    with run_server(
-        llama_path, tmp, "--max-total-tokens", "4096", "--max-running-requests", "16"
-    ) as s:
-        yield s
-
-
-def idle_state(client) -> dict:
-    info = client.get("/get_server_info").json()
-    return {"pending": info["num_pending_requests"], "kv_used": info["kv_pool"]["used"]}
-
-
-def running_reqs(client) -> int:
-    """Requests the scheduler is running now (a sync httpx client of the node)."""
-    return client.get("/get_server_info").json()["internal_states"][0]["num_running_reqs"]
+# One live node on the tiny Llama for a whole test module.
+server = module_server(make_llama, "--max-total-tokens", "4096", "--max-running-requests", "16")

@@ -14,26 +14,22 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.integration.frontend_reference import (
-    HFLlava,
+from tests.helpers.actions import (
     bin_range,
     demo_path,
     instruction_messages,
     openvla_decode,
-    png_base64,
-    random_image,
     read_action_config,
-    wait_idle,
 )
-from tests.server_process import run_server
+from tests.helpers.images import png_base64, random_rgb
+from tests.helpers.server import module_server, wait_idle
+from tests.helpers.sse import sse_events
+from tests.hf_reference import HFLlava
 
 INSTRUCTION = "pick up the red block"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with run_server(None, tmp_path_factory.mktemp("actions")) as s:
-        yield s
+server = module_server()
 
 
 @pytest.fixture(scope="module")
@@ -53,15 +49,8 @@ def post(server, body: dict) -> dict:
     return r.json()
 
 
-def sse_events(text: str) -> list[dict]:
-    events = [e for e in text.split("\n\n") if e]
-    assert events[-1] == "data: [DONE]"
-    assert all(e.startswith("data: ") for e in events)
-    return [json.loads(e[len("data: ") :]) for e in events[:-1]]
-
-
 def test_actions_equal_constrained_transformers_decoded_by_openvla(server, cfg, hf):
-    images = [random_image(seed=5), random_image(seed=6)]
+    images = [random_rgb(224, 224, seed=5), random_rgb(224, 224, seed=6)]
     n = 3
     ref = hf.generate(
         instruction_messages(INSTRUCTION, 2), images, n * cfg["action_dim"], bin_range(cfg)
@@ -100,7 +89,7 @@ def test_actions_equal_constrained_transformers_decoded_by_openvla(server, cfg, 
 def test_stream_sends_each_action_once_then_the_summary(server, cfg):
     body = {
         "instruction": INSTRUCTION,
-        "image_data": png_base64(random_image(seed=7)),
+        "image_data": png_base64(random_rgb(224, 224, seed=7)),
         "unnorm_key": "demo_arm",
         "num_actions": 4,
     }
@@ -129,7 +118,7 @@ def test_masked_dims_stay_in_the_statistics_range(server, cfg):
         server,
         {
             "instruction": "open the drawer",
-            "image_data": png_base64(random_image(seed=8)),
+            "image_data": png_base64(random_rgb(224, 224, seed=8)),
             "unnorm_key": "demo_arm",
             "num_actions": 5,
         },
@@ -154,7 +143,7 @@ def test_instruction_prefix_is_reused_across_frames(server, hf):
             server,
             {
                 "instruction": instruction,
-                "image_data": png_base64(random_image(seed=s)),
+                "image_data": png_base64(random_rgb(224, 224, seed=s)),
                 "unnorm_key": "demo_arm",
             },
         )
@@ -182,7 +171,7 @@ def test_instruction_prefix_is_reused_across_frames(server, hf):
 def test_bad_input_is_400_naming_the_field(server, change, field):
     good = {
         "instruction": INSTRUCTION,
-        "image_data": png_base64(random_image(seed=9, height=32, width=32)),
+        "image_data": png_base64(random_rgb(32, 32, seed=9)),
         "unnorm_key": "demo_arm",
     }
     with server.client() as c:
@@ -197,7 +186,7 @@ def test_bad_input_is_400_naming_the_field(server, change, field):
 def test_client_disconnect_mid_stream_frees_the_request(server):
     body = {
         "instruction": INSTRUCTION,
-        "image_data": png_base64(random_image(seed=30)),
+        "image_data": png_base64(random_rgb(224, 224, seed=30)),
         "unnorm_key": "demo_arm",
         "num_actions": 200,
         "stream": True,

@@ -8,7 +8,7 @@ import sys
 
 import httpx
 
-from tests.server_process import run_server
+from tests.helpers.server import run_server
 
 
 def test_api_key_is_required_except_for_health(llama_path, tmp_path):

@@ -28,15 +28,16 @@ import psutil
 import pytest
 
 from ros_bridge import compat
-from ros_bridge.bags import raw_frame, read_frames
+from ros_bridge.bags import read_frames
 from ros_bridge.bench_bridge import flush_cache
+from ros_bridge.camera_frame import raw_frame
 from ros_bridge.compat import rclpy, sensor_msgs, std_msgs
 from ros_bridge.frame_input import PreparedImage, prepare_image
 from ros_bridge.replay import camera_msg
 from ros_bridge.shim.transport.dds import LOOPBACK_CONFIG
 from ros_bridge.stream_client import VlaStreamClient
-from tests.e2e.test_replay_latency import BAG, REPO
-from tests.server_process import run_server
+from tests.helpers.paths import BAG, REPO
+from tests.helpers.server import run_server
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ import threading
 import time
 from collections.abc import AsyncIterator
 
+from tests.helpers.server import run_server
 from tests.hf_reference import causal_lm, greedy_ids
-from tests.server_process import run_server
 from tests.tiny_checkpoints import make_llama
 
 GREEDY = {"temperature": 0, "max_new_tokens": 16, "ignore_eos": True}

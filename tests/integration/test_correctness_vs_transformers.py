@@ -11,7 +11,7 @@ import warnings
 import pytest
 import torch
 
-from tests.server_process import run_server
+from tests.helpers.server import run_server
 from tests.tiny_checkpoints import make_llama, make_qwen2
 
 NEW_TOKENS = 64

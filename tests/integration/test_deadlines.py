@@ -16,6 +16,7 @@ import time
 import httpx
 import pytest
 
+from tests.helpers.server import run_server
 from tests.integration.sched_helpers import (
     body,
     finish_type,
@@ -27,7 +28,6 @@ from tests.integration.sched_helpers import (
     wait_idle,
     wait_pending,
 )
-from tests.server_process import run_server
 
 NEW = 200
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 
@@ -10,20 +9,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.integration.conftest import idle_state
+from tests.helpers.server import idle_state
+from tests.helpers.sse import sse_events
 
 GREEDY = {"temperature": 0, "max_new_tokens": 12, "ignore_eos": True}
-
-
-def sse_chunks(resp) -> list[dict]:
-    """Parse an SSE body; every event must be `data: <json>` and the last `data: [DONE]`."""
-    events = [e for e in resp.text.split("\n\n") if e]
-    assert events[-1] == "data: [DONE]"
-    chunks = []
-    for e in events[:-1]:
-        assert e.startswith("data: "), e
-        chunks.append(json.loads(e[len("data: ") :]))
-    return chunks
 
 
 def wait_pending(client) -> None:
@@ -51,7 +40,7 @@ def test_stream_concat_equals_non_stream(server):
             json={"text": "pick up the red cube", "sampling_params": params, "stream": True},
         )
     assert resp.headers["content-type"].startswith("text/event-stream")
-    chunks = sse_chunks(resp)
+    chunks = sse_events(resp.text)
     assert len(chunks) >= 2
     assert "".join(ch["text"] for ch in chunks) == full["text"]
     assert [t for ch in chunks for t in ch["output_ids"]] == full["output_ids"]
@@ -237,7 +226,7 @@ def test_abort_request_ends_a_running_stream(server):
 
     def stream() -> None:
         with server.client() as c:
-            result["chunks"] = sse_chunks(
+            result["chunks"] = sse_events(
                 c.post(
                     "/generate",
                     json={
@@ -246,7 +235,7 @@ def test_abort_request_ends_a_running_stream(server):
                         "stream": True,
                         "sampling_params": {"max_new_tokens": 400, "ignore_eos": True},
                     },
-                )
+                ).text
             )
 
     t = threading.Thread(target=stream)
@@ -277,7 +266,7 @@ def test_stop_strings_and_stop_token_ids(server):
             }
             r = c.post("/generate", json=body)
             if stream:
-                chunks = sse_chunks(r)
+                chunks = sse_events(r.text)
                 got, fin = (
                     "".join(ch["text"] for ch in chunks),
                     chunks[-1]["meta_info"]["finish_reason"],

@@ -19,15 +19,10 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.integration.frontend_reference import (
-    openvla_decode,
-    png_base64,
-    random_image,
-    read_action_config,
-    wait_idle,
-)
-from tests.integration.test_mm_actions import sse_chunks
-from tests.server_process import run_server
+from tests.helpers.actions import openvla_decode, read_action_config
+from tests.helpers.images import png_base64, random_rgb
+from tests.helpers.server import run_server, wait_idle
+from tests.helpers.sse import sse_events, stream_generate
 from vla_server.model.demo import demo_model_path
 
 BAD_KEY, BAD_DIM = "nan_arm", 2
@@ -58,7 +53,7 @@ def server(folder, tmp_path_factory):
 def generate_body(key: str, seed: int) -> dict[str, Any]:
     return {
         "text": "pick up the red block <image>",
-        "image_data": png_base64(random_image(seed=seed, height=64, width=80)),
+        "image_data": png_base64(random_rgb(64, 80, seed=seed)),
         "num_actions": NUM_ACTIONS,
         "unnorm_key": key,
         "sampling_params": {"temperature": 0},
@@ -68,7 +63,7 @@ def generate_body(key: str, seed: int) -> dict[str, Any]:
 def actions_body(key: str, seed: int, **extra: Any) -> dict[str, Any]:
     return {
         "instruction": "pick up the red block",
-        "image_data": png_base64(random_image(seed=seed, height=64, width=80)),
+        "image_data": png_base64(random_rgb(64, 80, seed=seed)),
         "unnorm_key": key,
         "num_actions": NUM_ACTIONS,
         **extra,
@@ -109,7 +104,7 @@ def test_generate_reply_ends_with_an_action_error(server, kv_used):
 
 
 def test_generate_stream_ends_with_an_action_error(server, kv_used):
-    chunks = sse_chunks(server, generate_body(BAD_KEY, seed=2))
+    chunks = stream_generate(server, generate_body(BAD_KEY, seed=2))
     assert all(chunk["actions"] == [] for chunk in chunks)
     finishes = [c["meta_info"]["finish_reason"] for c in chunks]
     assert all(f is None for f in finishes[:-1])
@@ -138,9 +133,7 @@ def actions_stream_error(server: Any, body: dict[str, Any]) -> dict[str, Any]:
     if r.status_code == 500:
         return r.json()["error"]
     assert r.status_code == 200, r.text
-    events = [e for e in r.text.split("\n\n") if e]
-    assert events[-1] == "data: [DONE]"
-    payloads = [json.loads(e[len("data: ") :]) for e in events[:-1]]
+    payloads = sse_events(r.text)
     assert "error" in payloads[-1], payloads[-1]
     assert all(p.get("actions") == [] for p in payloads[:-1])
     return payloads[-1]["error"]

@@ -1,70 +1,26 @@
 """Action decoding through the server on the demo VLA, against OpenVLA's published formula.
 
-The reference is implemented here, from OpenVLA's `ActionTokenizer.decode_token_ids_to_actions`
-and `OpenVLAForActionPrediction.predict_action`: bins = linspace(-1, 1, n_bins), centres of
-consecutive bins, bin index = clip(vocab_size - id - 1, 0, n_centres - 1), then
-0.5 * (x + 1) * (q99 - q01) + q01 where mask is true. `vocab_size` is the tokenizer's size
-(`len(tokenizer)`: the demo's bins are its last ids), read from the folder with transformers, and
-the statistics are read from the folder's `action_tokenizer.json` directly.
+The reference (`tests.helpers.actions.openvla_actions`) is written from OpenVLA's
+`ActionTokenizer.decode_token_ids_to_actions` and `OpenVLAForActionPrediction.predict_action`.
+`vocab_size` is the tokenizer's size (`len(tokenizer)`: the demo's bins are its last ids), read
+from the folder with transformers, and the statistics are read from the folder's
+`action_tokenizer.json` directly.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 import pytest
 
-from tests.integration.test_mm_vs_transformers import image_payload
-from tests.server_process import run_server
-from tests.unit.mm_helpers import random_rgb
+from tests.helpers.actions import Demo, openvla_actions
+from tests.helpers.server import metric_value, run_server
+from tests.helpers.sse import stream_generate
 from vla_server.model.demo import demo_model_path
 
-PROMPT = "What action should the robot take to pick up the red block?"
 UNNORM_KEYS = ["demo_arm", "aloha_left"]
-
-
-def openvla_actions(
-    ids: list[int], vocab_size: int, spec: dict[str, Any], unnorm_key: str
-) -> np.ndarray:
-    """OpenVLA's decode + un-normalisation of `ids` (a whole number of actions)."""
-    bins = np.linspace(-1, 1, spec["n_bins"])
-    centres = (bins[:-1] + bins[1:]) / 2.0
-    discretized = vocab_size - np.asarray(ids, dtype=np.int64)
-    normalized = centres[np.clip(discretized - 1, a_min=0, a_max=centres.shape[0] - 1)]
-    stats = spec["norm_stats"][unnorm_key]["action"]
-    q01, q99 = np.asarray(stats["q01"]), np.asarray(stats["q99"])
-    mask = np.asarray(stats.get("mask", np.ones_like(q01, dtype=bool)))
-    actions = normalized.reshape(-1, spec["action_dim"])
-    return np.where(mask, 0.5 * (actions + 1) * (q99 - q01) + q01, actions)
-
-
-class Demo:
-    def __init__(self, path: Path, server: Any):
-        from transformers import AutoTokenizer
-
-        self.path = path
-        self.server = server
-        self.spec = json.loads((path / "action_tokenizer.json").read_text())
-        self.vocab_size = len(AutoTokenizer.from_pretrained(path))
-        self.base_vocab_size = AutoTokenizer.from_pretrained(path).vocab_size
-        config = json.loads((path / "config.json").read_text())
-        self.padded_vocab_size = config["text_config"]["vocab_size"]
-        self.first_bin = self.vocab_size - self.spec["n_bins"]
-
-    def body(self, seed: int, unnorm_key: str, num_actions: int, **extra: Any) -> dict[str, Any]:
-        return {
-            "text": PROMPT,
-            "image_data": image_payload(random_rgb(120, 160, seed=seed), "png"),
-            "num_actions": num_actions,
-            "unnorm_key": unnorm_key,
-            "sampling_params": {"temperature": 0},
-            **extra,
-        }
 
 
 @pytest.fixture(scope="module")
@@ -127,31 +83,10 @@ def test_padded_vocabulary_trap(demo):
         assert not np.allclose(trapped, served), f"vocab_size {wrong} should shift the bins"
 
 
-def sse_chunks(server: Any, body: dict[str, Any]) -> list[dict[str, Any]]:
-    chunks = []
-    with (
-        httpx.Client(base_url=server.url, timeout=120) as client,
-        client.stream("POST", "/generate", json={**body, "stream": True}) as r,
-    ):
-        assert r.status_code == 200, r.read()
-        for line in r.iter_lines():
-            if line.startswith("data: {"):
-                chunks.append(json.loads(line[len("data: ") :]))
-    return chunks
-
-
-def metric_value(server: Any, name: str) -> float:
-    """A metric's value, summed over its label sets (e.g. priority)."""
-    text = server.client().get("/metrics").text
-    lines = [x for x in text.splitlines() if x.startswith((name + " ", name + "{"))]
-    assert lines, f"no metric {name}"
-    return sum(float(x.split()[-1]) for x in lines)
-
-
 def test_stream_delivers_each_action_when_its_last_token_arrives(demo):
     dim, n_actions = demo.spec["action_dim"], 8
     ttfa_before = metric_value(demo.server, "vla_time_to_first_action_seconds_count")
-    chunks = sse_chunks(demo.server, demo.body(6, "aloha_left", n_actions))
+    chunks = stream_generate(demo.server, demo.body(6, "aloha_left", n_actions))
     ids: list[int] = []
     actions: list[list[float]] = []
     partial = 0  # chunks that end inside an action: proof the stream is finer than actions

@@ -11,7 +11,6 @@ preprocess digest and the pixels), independently of the server's parse path.
 from __future__ import annotations
 
 import base64
-import io
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -20,13 +19,10 @@ from typing import Any
 import numpy as np
 import pytest
 import xxhash
-from PIL import Image
 
-from tests.integration.conftest import idle_state
-from tests.integration.test_mm_actions import metric_value
-from tests.integration.test_mm_vs_transformers import image_payload, png_bytes
-from tests.server_process import run_server
-from tests.unit.mm_helpers import random_rgb, smooth_rgb
+from tests.helpers.images import encode, image_payload, png_bytes, random_rgb, smooth_rgb
+from tests.helpers.mm_sources import delta, image_sources, sources
+from tests.helpers.server import idle_state, run_server
 from vla_server.model.demo import demo_model_path
 from vla_server.multimodal.image_hash import format_mm_hash, image_hash
 
@@ -51,37 +47,6 @@ class Node:
         return image_sources(self.server)
 
 
-def metric_by_label(server: Any, name: str, label: str) -> dict[str, float]:
-    """A labelled metric's value per value of `label`."""
-    text = server.client().get("/metrics").text
-    out = {}
-    for line in text.splitlines():
-        if line.startswith(name + "{"):
-            labels, value = line[len(name) + 1 :].rsplit("} ", 1)
-            pairs = dict(p.split("=", 1) for p in labels.split(","))
-            out[pairs[label].strip('"')] = float(value)
-    return out
-
-
-def sources(prefix: int = 0, cache: int = 0, tower: int = 0) -> dict[str, int]:
-    return {"prefix_cache": prefix, "embedding_cache": cache, "vision_tower": tower}
-
-
-def image_sources(server: Any) -> dict[str, int]:
-    """Images so far by where their embeddings came from, checked to agree across
-    /get_server_info (front end and scheduler views), the hit/miss fields and /metrics."""
-    info = server.client().get("/get_server_info").json()
-    served = info["mm"]["embedding_cache"]
-    assert info["internal_states"][0]["mm_embedding_cache"] == served
-    counts = served["images"]
-    assert set(counts) == set(sources())
-    assert (served["hits"], served["misses"]) == (counts["embedding_cache"], counts["vision_tower"])
-    assert metric_by_label(server, "vla_mm_images", "source") == counts
-    assert metric_value(server, "vla_mm_embedding_cache_hits") == served["hits"]
-    assert metric_value(server, "vla_mm_embedding_cache_misses") == served["misses"]
-    return counts
-
-
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("demo-mm")
@@ -96,10 +61,6 @@ def node(tmp_path_factory):
         str(media),
     ) as server:
         yield Node(server, media)
-
-
-def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
-    return {k: after[k] - before[k] for k in before}
 
 
 def test_same_image_skips_the_vision_tower(node):
@@ -181,12 +142,6 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def jpeg_bytes(pixels: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, "JPEG", quality=90)
-    return buffer.getvalue()
-
-
 def png_claiming(width: int, height: int) -> bytes:
     """A PNG whose header declares width x height (and whose data is a tiny 1x1 image)."""
     real = png_bytes(np.zeros((1, 1, 3), np.uint8))
@@ -194,7 +149,7 @@ def png_claiming(width: int, height: int) -> bytes:
 
 
 PNG = png_bytes(smooth_rgb(48, 64))
-JPEG = jpeg_bytes(smooth_rgb(48, 64))
+JPEG = encode(smooth_rgb(48, 64), "JPEG", quality=90)
 IMG = b64(PNG)
 ACT = {"num_actions": 2, "unnorm_key": "demo_arm"}
 

@@ -14,16 +14,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import torch
 
-from tests.integration.test_mm_cache_and_inputs import delta, image_sources, sources
-from tests.integration.test_mm_vs_transformers import NEW_TOKENS, image_payload, reference
-from tests.server_process import run_server
-from tests.unit.mm_helpers import random_rgb
-from tests.unit.test_model_runner import assert_same_greedy
+from tests.helpers.images import image_payload, random_rgb
+from tests.helpers.mm_sources import delta, image_sources, sources
+from tests.helpers.server import run_server
+from tests.hf_reference import HFLlava, assert_same_greedy
 from vla_server.model.demo import demo_model_path
 
 CHUNK = 64
+NEW_TOKENS = 32
 # The two prompts differ before the first image, so no prefix covers an image of the second.
 PROMPTS = (
     "left camera <image> right camera <image> pick up the red block",
@@ -33,12 +32,8 @@ SERVERS = {"embedding cache": [], "no embedding cache": ["--mm-embedding-cache-m
 
 
 @pytest.fixture(scope="module")
-def hf() -> tuple[Any, Any]:
-    from transformers import AutoProcessor, LlavaForConditionalGeneration
-
-    path = demo_model_path()
-    model = LlavaForConditionalGeneration.from_pretrained(path, dtype=torch.float32).eval()
-    return model, AutoProcessor.from_pretrained(path)
+def hf() -> HFLlava:
+    return HFLlava(demo_model_path())
 
 
 @pytest.fixture(scope="module", params=list(SERVERS))
@@ -77,8 +72,8 @@ def test_an_image_split_over_chunks_is_resolved_once_per_request(node, hf):
     same = generate(server, PROMPTS[0], images)
     assert delta(c2, image_sources(server)) == sources(prefix=2)
     assert same["output_ids"] == new["output_ids"]
-    model, processor = hf
     for text, out in ((PROMPTS[0], new), (PROMPTS[1], other_text)):
-        ref = reference(model, processor, text, images)
-        assert out["meta_info"]["prompt_tokens"] == ref["prompt_len"]
-        assert_same_greedy(out["output_ids"], ref["tokens"], ref["logits"], f"{name}: {text}")
+        ref = hf.generate_text(text, images, NEW_TOKENS, stop_at_eos=False)
+        assert len(ref.tokens) == NEW_TOKENS, "the reference stopped early"
+        assert out["meta_info"]["prompt_tokens"] == ref.prompt_len
+        assert_same_greedy(out["output_ids"], ref.tokens, ref.logits, f"{name}: {text}")

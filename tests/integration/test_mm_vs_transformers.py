@@ -11,44 +11,22 @@ attention mask; a divergence is excused only where the reference's top-2 logit g
 from __future__ import annotations
 
 import asyncio
-import base64
-import io
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pytest
-import torch
-from PIL import Image
 
-from tests.server_process import run_server
+from tests.helpers.images import image_payload, random_rgb
+from tests.helpers.server import run_server
+from tests.hf_reference import TIE_GAP, HFLlava, assert_same_greedy
 from tests.tiny_checkpoints import make_llava
-from tests.unit.mm_helpers import random_rgb
-from tests.unit.test_model_runner import TIE_GAP, assert_same_greedy
 
 NEW_TOKENS = 32
 CHECKPOINTS = {
     "clip-llama": {"text": "llama", "vision": "clip"},
     "siglip-qwen2-gqa": {"text": "qwen2", "vision": "siglip"},
 }
-
-
-def png_bytes(pixels: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, "PNG")
-    return buffer.getvalue()
-
-
-def image_payload(pixels: np.ndarray, form: str) -> Any:
-    """One `image_data` entry for RGB uint8 `pixels` in the given wire form."""
-    if form == "png":
-        return base64.b64encode(png_bytes(pixels)).decode()
-    if form == "data_url":
-        return "data:image/png;base64," + base64.b64encode(png_bytes(pixels)).decode()
-    if form == "raw":
-        data = base64.b64encode(np.ascontiguousarray(pixels).tobytes()).decode()
-        return {"shape": list(pixels.shape), "dtype": "uint8", "data": data}
-    raise ValueError(form)
 
 
 @dataclass
@@ -86,29 +64,6 @@ CASES = [
 ]
 
 
-@torch.no_grad()
-def reference(hf: Any, processor: Any, text: str, images: list[np.ndarray]) -> dict[str, Any]:
-    inputs = processor(text=text, images=images, return_tensors="pt")
-    assert "attention_mask" in inputs
-    out = hf.generate(
-        **inputs,  # input_ids, an explicit attention_mask, pixel_values
-        max_new_tokens=NEW_TOKENS,
-        do_sample=False,
-        eos_token_id=None,
-        pad_token_id=processor.tokenizer.pad_token_id,
-        return_dict_in_generate=True,
-        output_logits=True,
-    )
-    prompt_len = inputs["input_ids"].shape[1]
-    tokens = out.sequences[0, prompt_len:].tolist()
-    assert len(tokens) == NEW_TOKENS, "the reference stopped early"
-    return {
-        "tokens": tokens,
-        "logits": torch.stack(out.logits)[:, 0].float(),
-        "prompt_len": prompt_len,
-    }
-
-
 async def serve_all(server: Any, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
     async with server.async_client() as client:
 
@@ -122,14 +77,15 @@ async def serve_all(server: Any, bodies: list[dict[str, Any]]) -> list[dict[str,
 
 @pytest.mark.parametrize("name", list(CHECKPOINTS))
 def test_greedy_with_images_matches_transformers(name, tmp_path):
-    from transformers import AutoProcessor, LlavaForConditionalGeneration
-
     path = make_llava(**CHECKPOINTS[name])
-    processor = AutoProcessor.from_pretrained(path)
-    hf = LlavaForConditionalGeneration.from_pretrained(path, dtype=torch.float32).eval()
-    texts = [case.prompt(processor) for case in CASES]
+    hf = HFLlava(path)
+    texts = [case.prompt(hf.processor) for case in CASES]
     images = [case.images() for case in CASES]
-    refs = [reference(hf, processor, t, ims) for t, ims in zip(texts, images, strict=True)]
+    refs = [
+        hf.generate_text(t, ims, NEW_TOKENS, stop_at_eos=False)
+        for t, ims in zip(texts, images, strict=True)
+    ]
+    assert all(len(ref.tokens) == NEW_TOKENS for ref in refs), "the reference stopped early"
     bodies = [
         {
             "text": text,
@@ -150,8 +106,8 @@ def test_greedy_with_images_matches_transformers(name, tmp_path):
     for i, (case, ref, out) in enumerate(zip(CASES, refs, outs, strict=True)):
         label = f"{name} request {i} ({len(case.forms)} image(s), {'+'.join(case.forms)})"
         # The server's expansion has as many positions as the processor's image tokens.
-        assert out["meta_info"]["prompt_tokens"] == ref["prompt_len"], label
-        matched = assert_same_greedy(out["output_ids"], ref["tokens"], ref["logits"], label)
+        assert out["meta_info"]["prompt_tokens"] == ref.prompt_len, label
+        matched = assert_same_greedy(out["output_ids"], ref.tokens, ref.logits, label)
         lines.append(
             f"{label}: {matched}/{NEW_TOKENS} identical"
             + ("" if matched == NEW_TOKENS else f" (then a near-tie, top-2 gap < {TIE_GAP})")

@@ -11,7 +11,7 @@ import time
 
 import httpx
 
-from tests.integration.conftest import idle_state, running_reqs
+from tests.helpers.server import idle_state, running_reqs
 from tests.integration.sched_helpers import (
     internal,
     pause,
@@ -90,7 +90,14 @@ async def _disconnect_round(client: httpx.AsyncClient, k: int) -> None:
     try:
         await wait_pending(client, k)
         await resume(client)
-        await wait_until(client, lambda s: s["num_waiting_reqs"] == 0, "the streams admitted")
+        # All k running, not merely none waiting: right after the resume the streams may not
+        # have reached the scheduler yet (none waiting there either), and the pause below would
+        # hold them back in the main process. Running lasts until they finish 200 tokens.
+        await wait_until(
+            client,
+            lambda s: s["num_running_reqs"] == k and s["num_waiting_reqs"] == 0,
+            "the streams running",
+        )
         await pause(client, "in_place")
         state = await internal(client)
         assert state["num_running_reqs"] == k, f"a stream ended before its client left: {state}"

@@ -13,20 +13,12 @@ import httpx
 import openai
 import pytest
 
-from tests.integration.frontend_reference import (
-    HFLlava,
-    demo_path,
-    png_base64,
-    random_image,
-    wait_idle,
-)
-from tests.server_process import run_server
+from tests.helpers.actions import demo_path
+from tests.helpers.images import png_base64, random_rgb
+from tests.helpers.server import module_server, wait_idle
+from tests.hf_reference import HFLlava
 
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with run_server(None, tmp_path_factory.mktemp("openai")) as s:
-        yield s
+server = module_server()
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +44,7 @@ def test_models_lists_the_served_checkpoint(client, server):
 
 
 def test_streamed_chat_with_an_image_equals_transformers(client, model_id):
-    image = random_image(seed=3)
+    image = random_rgb(224, 224, seed=3)
     text = "pick up the red block and put it on the plate"
     hf = HFLlava(demo_path())
     ref = hf.generate(

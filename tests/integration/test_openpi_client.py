@@ -16,17 +16,16 @@ import numpy as np
 import pytest
 import websockets.sync.client
 
-from tests.integration.frontend_reference import (
-    HFLlava,
+from tests.helpers.actions import (
     bin_range,
     demo_path,
     instruction_messages,
     openvla_decode,
-    png_base64,
-    random_image,
     read_action_config,
 )
-from tests.server_process import run_server
+from tests.helpers.images import png_base64, random_rgb
+from tests.helpers.server import module_server
+from tests.hf_reference import HFLlava
 
 websocket_client_policy = pytest.importorskip("openpi_client.websocket_client_policy")
 action_chunk_broker = pytest.importorskip("openpi_client.action_chunk_broker")
@@ -39,11 +38,9 @@ HORIZON = 3
 PROMPT = "put the carrot into the sink"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    flags = ["--openpi-action-horizon", str(HORIZON), "--openpi-unnorm-key", "demo_arm"]
-    with run_server(None, tmp_path_factory.mktemp("openpi"), *flags) as s:
-        yield s
+server = module_server(
+    None, "--openpi-action-horizon", str(HORIZON), "--openpi-unnorm-key", "demo_arm"
+)
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +54,8 @@ def policy(server):
 
 def libero_obs(seed: int) -> dict:
     return {
-        "observation/image": random_image(seed),
-        "observation/wrist_image": random_image(seed + 1),
+        "observation/image": random_rgb(224, 224, seed=seed),
+        "observation/wrist_image": random_rgb(224, 224, seed=seed + 1),
         "observation/state": np.zeros(8, dtype=np.float32),
         "prompt": PROMPT,
     }
@@ -101,8 +98,8 @@ def test_actions_equal_constrained_transformers(server, cfg):
 def test_aloha_style_observation_with_overrides(server):
     """CHW uint8 and float [0, 1] images under nested `images/...` keys, horizon and stats
     chosen per observation; equal to /v1/actions on the same pixels."""
-    high = random_image(50)
-    wrist = random_image(51)
+    high = random_rgb(224, 224, seed=50)
+    wrist = random_rgb(224, 224, seed=51)
     wrist_float = wrist.astype(np.float32) / 255.0
     obs = {
         "state": np.zeros(14),
@@ -247,7 +244,7 @@ def test_wire_format_round_trips_with_openpis_own_codec():
 
     value = {
         "actions": np.arange(21, dtype=np.float64).reshape(3, 7) / 7,
-        "image": random_image(1, 4, 5),
+        "image": random_rgb(4, 5, seed=1),
         "big_endian": np.arange(4, dtype=">f4"),
         "strided": np.arange(12, dtype=np.int16).reshape(3, 4)[:, ::2],
         "scalar": np.float32(2.5),

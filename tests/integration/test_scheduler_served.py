@@ -17,10 +17,9 @@ from typing import Any
 import pytest
 import torch
 
+from tests.helpers.server import idle_state, run_server
 from tests.hf_reference import causal_lm, greedy_ids
-from tests.integration.conftest import idle_state
 from tests.integration.sched_helpers import meta
-from tests.server_process import run_server
 from tests.tiny_checkpoints import SPECIAL_TOKENS
 
 PROMPT = [85, 289, 430, 391, 422, 408]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import psutil
 import pytest
 
-from vla_kernels.itl_checkpoint import SHAPES, build_checkpoint
-from vla_kernels.served_itl import ItlPlan, measure_served_itl
+from vla_server.bench.itl_checkpoint import SHAPES, build_checkpoint
+from vla_server.bench.served_itl import ItlPlan, measure_served_itl
 
 PLAN = ItlPlan(batches=(1, 2), new_tokens=6, prompt_tokens=5, device="cpu")
 

@@ -16,10 +16,10 @@ import httpx
 import numpy as np
 import pytest
 
+from tests.helpers.actions import Demo, openvla_actions
+from tests.helpers.server import run_server
 from tests.hf_reference import causal_lm, greedy_ids
 from tests.integration.sched_helpers import body, finish_type, internal, json_of, meta, metric
-from tests.integration.test_mm_actions import Demo, openvla_actions
-from tests.server_process import run_server
 from vla_server.model.demo import demo_model_path
 
 NEW = 16

@@ -16,16 +16,8 @@ from rosbags.highlevel import AnyReader
 from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.typesys import Stores, get_typestore
 
-from ros_bridge.bags import (
-    BagRecorder,
-    CameraFrame,
-    compressed_frame,
-    describe_bag,
-    frame_from_msg,
-    paced,
-    raw_frame,
-    read_frames,
-)
+from ros_bridge.bags import BagRecorder, describe_bag, paced, read_frames
+from ros_bridge.camera_frame import CameraFrame, compressed_frame, frame_from_msg, raw_frame
 
 STORAGES = ["mcap", "sqlite3"]
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -5,16 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ros_bridge.action_output import (
-    FLOAT64_MULTIARRAY,
-    JOINT_TRAJECTORY,
-    action_message,
-    late_message,
-    output_type,
-)
-from ros_bridge.bags.frame import jazzy_typestore
+from ros_bridge.action_output import action_message, late_message, output_type
+from ros_bridge.bags import jazzy_typestore
 from ros_bridge.compat import rclpy
 from ros_bridge.late_policy import LateCommand, OnLate, late_command, parse_on_late
+from ros_bridge.output_modes import FLOAT64_MULTIARRAY, JOINT_TRAJECTORY
 
 JOINTS = ["j1", "j2", "j3"]
 

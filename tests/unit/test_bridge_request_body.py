@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ros_bridge.bags.frame import raw_frame
+from ros_bridge.camera_frame import raw_frame
 from ros_bridge.frame_input import prepare_image
 from ros_bridge.request_body import FieldSupport, RequestSettings, build_body
 

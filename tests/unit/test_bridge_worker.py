@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
-from ros_bridge.bags.frame import raw_frame
 from ros_bridge.bridge_worker import BridgeWorker, FrameJob, WorkerConfig
+from ros_bridge.camera_frame import raw_frame
 from ros_bridge.frame_input import prepare_image
 from ros_bridge.late_policy import LateCommand, OnLate
 from ros_bridge.latency_monitor import LatencyMonitor, Level

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.unit.kernel_testing import DEVICE
-from vla_kernels.check_gpu import ServedItl, format_table, itl_rows, main, run_checks
+from vla_kernels.check_gpu import format_table, main, run_checks
 from vla_kernels.gpu_cases import CheckPlan
 
 pytest.importorskip("triton")
@@ -37,25 +37,6 @@ def test_every_check_runs_and_agrees_with_its_reference():
     assert all(r.ok for r in rows), format_table(rows)
     assert all(r.triton_us == 2.0 and r.torch_us == 2.0 for r in rows)
     assert all(r.torch_paged_us == 2.0 for r in rows if r.kernel in ("decode", "extend"))
-
-
-def test_itl_rows_compare_with_the_bandwidth_bound():
-    def probe(backend: str) -> list[ServedItl]:
-        if backend == "torch":
-            raise RuntimeError("the node exited with 1:\nTraceback ...")
-        return [
-            ServedItl(p50_ms=1.0, p99_ms=1.5, weight_bytes=2_000_000_000, batch=b, mean_ms=1.2)
-            for b in (1, 8)
-        ]
-
-    torch_row, *triton_rows = itl_rows(4e12, probe)
-    assert torch_row.ok is False and torch_row.note == "the node exited with 1:"
-    assert [r.shape for r in triton_rows] == ["triton, batch 1", "triton, batch 8"]
-    # 2 GB at 4 TB/s: 0.5 ms per token at best, whatever the batch.
-    for row in triton_rows:
-        assert "bandwidth bound 0.50 ms" in row.note and "p50/bound 2.00x" in row.note
-    table = format_table([torch_row, *triton_rows])
-    assert "served ITL" in table and "p99 1.50 ms, mean 1.20 ms" in table
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA path")

@@ -12,14 +12,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from tests.hf_reference import assert_same_greedy
 from tests.tiny_checkpoints import make_llama, make_qwen2
 from vla_server.model.model_runner import LogitsOutput, ModelRunner
 from vla_server.model.sampling import SamplingBatchInfo, SamplingParams, compute_logprobs
 
 LOGPROB_ATOL = 1e-3
-TIE_GAP = (
-    1e-3  # a greedy divergence is excusable only where the reference's top-2 gap is this small
-)
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -93,20 +91,6 @@ def hf_generate(hf, prompt: list[int], steps: int) -> tuple[list[int], torch.Ten
     tokens = out.sequences[0, len(prompt) :].tolist()
     assert len(tokens) == steps, "reference stopped early"
     return tokens, torch.stack(out.logits)[:, 0].float()
-
-
-def assert_same_greedy(
-    ours: list[int], ref: list[int], ref_logits: torch.Tensor, label: str = ""
-) -> int:
-    """Compare token for token; returns how many steps matched before an excused near-tie."""
-    for step, (a, b) in enumerate(zip(ours, ref, strict=True)):
-        if a != b:
-            top2 = ref_logits[step].topk(2).values
-            gap = float(top2[0] - top2[1])
-            assert gap < TIE_GAP, f"{label} step {step}: ours {a}, reference {b}, gap {gap:.2e}"
-            print(f"{label}: divergence at step {step} excused, reference top-2 gap {gap:.2e}")
-            return step
-    return len(ours)
 
 
 def test_greedy_decode_matches_generate(pair):

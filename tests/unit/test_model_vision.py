@@ -19,9 +19,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoProcessor, LlavaForConditionalGeneration
 
+from tests.helpers.images import random_rgb
+from tests.hf_reference import assert_same_greedy
 from tests.tiny_checkpoints import make_llama, make_llava
-from tests.unit.mm_helpers import random_rgb
-from tests.unit.test_model_runner import assert_same_greedy
 from vla_server.model.demo import make_demo_model
 from vla_server.model.model_runner import ModelRunner
 from vla_server.model.sampling import SamplingBatchInfo, SamplingParams

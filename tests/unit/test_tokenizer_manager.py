@@ -21,7 +21,7 @@ import zmq.asyncio
 
 from tests.tiny_checkpoints import make_tokenizer
 from vla_server.config import PortArgs, ServerArgs
-from vla_server.frontend.generate_request import from_kwargs
+from vla_server.frontend.generate_request import GenerateItem
 from vla_server.frontend.tokenizer_manager import BACKLOG_WARN_CHUNKS, TokenizerManager
 from vla_server.io_struct import (
     AbortReq,
@@ -32,6 +32,7 @@ from vla_server.io_struct import (
     encode,
     scheduler_input_decoder,
 )
+from vla_server.model.sampling import SamplingParams
 from vla_server.process_utils import zmq_socket
 
 LIVENESS_S = 30.0  # bound on waiting for a message that must come; never a timing assertion
@@ -43,9 +44,8 @@ class Ring:
 
     def __init__(self, tmp_path: Path):
         self.port_args = PortArgs.init_new()
-        self.tm = TokenizerManager(
-            ServerArgs(model_path=str(tmp_path)), self.port_args, make_tokenizer()
-        )
+        config = ServerArgs(model_path=str(tmp_path)).configs().frontend
+        self.tm = TokenizerManager(config, self.port_args, make_tokenizer())
         self.tm.set_model_info({"vocab_size": 512, "hidden_size": 128, "context_len": 512})
         self.ctx = zmq.asyncio.Context()
         self.scheduler = zmq_socket(
@@ -97,10 +97,8 @@ async def ring(tmp_path: Path) -> AsyncIterator[Ring]:
 
 async def _started_stream(ring: Ring, rid: str) -> tuple[AsyncIterator[Any], dict[str, Any]]:
     """A dispatched streaming request that has yielded its first chunk."""
-    obj = from_kwargs(
-        input_ids=[5, 6], rid=rid, stream=True, sampling_params={"max_new_tokens": 100}
-    )
-    gen = ring.tm.generate_request(obj)
+    item = GenerateItem(rid, SamplingParams(max_new_tokens=100), input_ids=[5, 6], stream=True)
+    gen = ring.tm.generate_request([item])
     first = asyncio.ensure_future(gen.__anext__())
     sent = await ring.received()
     assert isinstance(sent, TokenizedGenerateReqInput) and sent.rid == rid

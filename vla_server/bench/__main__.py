@@ -3,23 +3,45 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
+import importlib.util
+import sys
+
+from ros_bridge import extras
 
 BENCHES = {
     "serving": "vla_server.bench.serving",
     "multimodal": "vla_server.bench.multimodal",
     "scheduler": "vla_server.bench.scheduler",
+    "gpu": "vla_server.bench.gpu",
     "bridge": "ros_bridge.bench_bridge",
 }
+# What a benchmark needs beyond `pip install vla-server`.
+NEEDS = {"bridge": (extras.YAML, extras.ROSBAGS)}
 
 
-def main() -> None:
+def _summary(module: str) -> str:
+    """The first docstring line of `module`, read from its source: importing every benchmark
+    to list them would need every benchmark's dependencies (the bridge's come with [ros])."""
+    origin = importlib.util.find_spec(module).origin  # type: ignore[union-attr]
+    with open(origin, encoding="utf-8") as f:  # type: ignore[arg-type]
+        doc = ast.get_docstring(ast.parse(f.read())) or ""
+    return doc.splitlines()[0] if doc else ""
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    chosen = argv[0] if argv and argv[0] in BENCHES else None
+    if chosen in NEEDS:
+        extras.require(f"python -m vla_server.bench {chosen}", NEEDS[chosen])
     parser = argparse.ArgumentParser(prog="python -m vla_server.bench")
     sub = parser.add_subparsers(dest="bench", required=True)
     for name, module in BENCHES.items():
-        mod = importlib.import_module(module)
-        mod.add_args(sub.add_parser(name, help=(mod.__doc__ or "").strip().splitlines()[0]))
-    args = parser.parse_args()
+        sub_parser = sub.add_parser(name, help=_summary(module))
+        if name == chosen:
+            importlib.import_module(module).add_args(sub_parser)
+    args = parser.parse_args(argv)
     importlib.import_module(BENCHES[args.bench]).run(args)
 
 

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import logging
-import os
-import sys
 from multiprocessing.connection import Connection
 
 import zmq
 
-from vla_server.config import PortArgs, ServerArgs
+from vla_server.config import DetokenizerConfig, PortArgs
 from vla_server.detokenizer.action_detokenizer import ActionDetokenizer
 from vla_server.detokenizer.incremental_decode import DecodeInput, IncrementalDecoder
 from vla_server.io_struct import (
@@ -19,30 +16,18 @@ from vla_server.io_struct import (
     detokenizer_input_decoder,
     encode,
 )
-from vla_server.multimodal.action_tokenizer import ActionTokenizer
-from vla_server.process_utils import (
-    become_child_process,
-    configure_logging,
-    parent_is_gone,
-    zmq_socket,
-)
-
-logger = logging.getLogger(__name__)
+from vla_server.multimodal.action_tokenizer import load_action_tokenizer
+from vla_server.process_utils import parent_is_gone, run_child_process, zmq_socket
 
 
 class DetokenizerManager:
-    def __init__(self, server_args: ServerArgs, port_args: PortArgs):
+    def __init__(self, cfg: DetokenizerConfig, port_args: PortArgs):
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(server_args.resolved_tokenizer_path())
+        tokenizer = AutoTokenizer.from_pretrained(cfg.checkpoint.tokenizer_path)
         self.decoder = IncrementalDecoder(tokenizer, vocab_size=len(tokenizer))
         self.actions = ActionDetokenizer(
-            ActionTokenizer.from_folder(
-                server_args.model_path or "",
-                tokenizer.vocab_size,
-                reserved_token_ids=tokenizer.all_special_ids,
-                total_vocab_size=len(tokenizer),
-            )
+            load_action_tokenizer(cfg.checkpoint.model_path, tokenizer)
         )
         self.ctx = zmq.Context(2)
         self.recv_sock = zmq_socket(self.ctx, zmq.PULL, port_args.detokenizer_ipc_name, bind=True)
@@ -111,23 +96,15 @@ class DetokenizerManager:
 
 
 def run_detokenizer_process(
-    server_args: ServerArgs, port_args: PortArgs, ready_pipe: Connection, parent_pid: int
+    cfg: DetokenizerConfig, port_args: PortArgs, ready_pipe: Connection, parent_pid: int
 ) -> None:
     """Reports ready once its sockets are up, so the node never answers /health before the
     path back to the clients exists."""
-    become_child_process("vla-detokenizer")
-    configure_logging(server_args.log_level)
-    try:
-        manager = DetokenizerManager(server_args, port_args)
-    except Exception as e:
-        logger.exception("detokenizer failed to start")
-        ready_pipe.send({"status": "error", "message": f"{type(e).__name__}: {e}"})
-        sys.exit(1)
-    ready_pipe.send({"status": "ready"})
-    ready_pipe.close()
-    try:
-        manager.event_loop(parent_pid)
-    except Exception:
-        logger.exception("detokenizer crashed")
-        sys.exit(1)
-    os._exit(0)
+    run_child_process(
+        "vla-detokenizer",
+        cfg.log_level,
+        ready_pipe,
+        build=lambda: DetokenizerManager(cfg, port_args),
+        ready_info=lambda _: {"status": "ready"},
+        serve=lambda manager: manager.event_loop(parent_pid),
+    )

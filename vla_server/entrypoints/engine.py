@@ -18,9 +18,9 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from vla_server.config import PortArgs, ServerArgs
+from vla_server.config import FrontendConfig, NodeConfig, PortArgs, ServerArgs
 from vla_server.detokenizer.detokenizer_manager import run_detokenizer_process
-from vla_server.frontend.generate_request import GenerateReqInput, from_kwargs
+from vla_server.frontend.generate_request import GenerateItem, from_kwargs, normalize
 from vla_server.frontend.tokenizer_manager import TokenizerManager
 from vla_server.frontend.watchdog import SubprocessWatchdog
 from vla_server.scheduler.process import run_scheduler_process
@@ -36,7 +36,8 @@ class StartupError(RuntimeError):
 
 @dataclass
 class Node:
-    server_args: ServerArgs
+    server_args: ServerArgs  # for arguments() only: each process reads its own config
+    configs: NodeConfig
     port_args: PortArgs
     tokenizer_manager: TokenizerManager
     procs: list[BaseProcess]
@@ -44,8 +45,16 @@ class Node:
     watchdog: SubprocessWatchdog | None = None
     stopped: bool = False
 
+    @property
+    def config(self) -> FrontendConfig:
+        return self.configs.frontend
+
+    def arguments(self) -> dict[str, Any]:
+        return self.server_args.to_dict()
+
     def start_watchdog(self, on_death: Callable[[BaseProcess], None]) -> None:
-        self.watchdog = SubprocessWatchdog(self.procs, on_death, self.server_args.watchdog_interval)
+        interval = self.configs.launch.watchdog_interval
+        self.watchdog = SubprocessWatchdog(self.procs, on_death, interval)
         self.watchdog.start()
 
     def shutdown(self) -> None:
@@ -82,12 +91,12 @@ def launch_node(server_args: ServerArgs) -> Node:
     from transformers import AutoTokenizer
 
     args = resolve_model_path(server_args)
+    configs = args.configs()
     port_args = PortArgs.init_new()
     ctx = mp.get_context("spawn")
     sched_reader, sched_writer = ctx.Pipe(duplex=False)
     detok_reader, detok_writer = ctx.Pipe(duplex=False)
     parent = os.getpid()
-    configs = args.configs()
     sched = ctx.Process(
         target=run_scheduler_process,
         args=(configs.scheduler, configs.model, port_args, sched_writer, parent),
@@ -95,7 +104,7 @@ def launch_node(server_args: ServerArgs) -> Node:
     )
     detok = ctx.Process(
         target=run_detokenizer_process,
-        args=(args, port_args, detok_writer, parent),
+        args=(configs.detokenizer, port_args, detok_writer, parent),
         name="detokenizer",
     )
     procs: list[BaseProcess] = [sched, detok]
@@ -105,9 +114,8 @@ def launch_node(server_args: ServerArgs) -> Node:
         sched_writer.close()
         detok.start()
         detok_writer.close()
-        tm = TokenizerManager(
-            args, port_args, AutoTokenizer.from_pretrained(args.resolved_tokenizer_path())
-        )
+        tokenizer = AutoTokenizer.from_pretrained(configs.frontend.checkpoint.tokenizer_path)
+        tm = TokenizerManager(configs.frontend, port_args, tokenizer)
         info = wait_for_ready(sched_reader, sched, procs)
         wait_for_ready(detok_reader, detok, procs)
         tm.set_model_info(info)
@@ -123,7 +131,7 @@ def launch_node(server_args: ServerArgs) -> Node:
         info["max_total_num_tokens"],
         info["context_len"],
     )
-    return Node(args, port_args, tm, procs, info)
+    return Node(args, configs, port_args, tm, procs, info)
 
 
 def wait_for_ready(
@@ -174,7 +182,6 @@ class Engine:
         self._thread.start()
         self.node = launch_node(ServerArgs(model_path=model_path, **kwargs))
         self.tokenizer_manager = self.node.tokenizer_manager
-        self.server_args = self.node.server_args
         self.node.start_watchdog(self._on_child_death)
         self._closed = False
 
@@ -186,19 +193,24 @@ class Engine:
     def _run(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
-    async def _collect(self, obj: GenerateReqInput) -> Any:
-        return [out async for out in self.tokenizer_manager.generate_request(obj)][-1]
+    def _items(self, kwargs: dict[str, Any]) -> list[GenerateItem]:
+        limits = self.tokenizer_manager.limits
+        assert limits is not None
+        return normalize(from_kwargs(**kwargs), limits)
+
+    async def _collect(self, items: list[GenerateItem]) -> Any:
+        return [out async for out in self.tokenizer_manager.generate_request(items)][-1]
 
     def generate(self, **kwargs: Any) -> Any:
         """Same fields as POST /generate; a dict (a list for a batch), or an iterator of
         chunks when `stream=True`."""
-        obj = from_kwargs(**kwargs)
-        if obj.stream:
-            return self._iter_stream(obj)
-        return self._run(self._collect(obj))
+        items = self._items(kwargs)
+        if items[0].stream:
+            return self._iter_stream(items)
+        return self._run(self._collect(items))
 
-    def _iter_stream(self, obj: GenerateReqInput) -> Iterator[dict[str, Any]]:
-        agen = self.tokenizer_manager.generate_request(obj)
+    def _iter_stream(self, items: list[GenerateItem]) -> Iterator[dict[str, Any]]:
+        agen = self.tokenizer_manager.generate_request(items)
         try:
             while True:
                 try:
@@ -209,15 +221,15 @@ class Engine:
             self._run(agen.aclose())
 
     async def async_generate(self, **kwargs: Any) -> Any:
-        obj = from_kwargs(**kwargs)
-        if obj.stream:
-            return self._aiter_stream(obj)
+        items = self._items(kwargs)
+        if items[0].stream:
+            return self._aiter_stream(items)
         return await asyncio.wrap_future(
-            asyncio.run_coroutine_threadsafe(self._collect(obj), self._loop)
+            asyncio.run_coroutine_threadsafe(self._collect(items), self._loop)
         )
 
-    async def _aiter_stream(self, obj: GenerateReqInput) -> AsyncIterator[dict[str, Any]]:
-        agen = self.tokenizer_manager.generate_request(obj)
+    async def _aiter_stream(self, items: list[GenerateItem]) -> AsyncIterator[dict[str, Any]]:
+        agen = self.tokenizer_manager.generate_request(items)
 
         def on_loop(coro: Any) -> Any:
             return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))

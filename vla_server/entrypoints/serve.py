@@ -44,15 +44,16 @@ def run_server(server_args: ServerArgs) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _exit_0_on_signal)
     node = launch_node(server_args)
+    launch = node.configs.launch
     try:
         node.start_watchdog(_exit_on_child_death(node))
         app = create_app(node)
         config = uvicorn.Config(
             app,
-            host=server_args.host,
-            port=server_args.port,
-            log_level=server_args.log_level,
-            timeout_graceful_shutdown=int(server_args.graceful_shutdown_timeout),
+            host=launch.host,
+            port=launch.port,
+            log_level=launch.log_level,
+            timeout_graceful_shutdown=int(launch.graceful_shutdown_timeout),
             access_log=False,
         )
         uvicorn.Server(config).run()

@@ -1,22 +1,27 @@
 """One action query (images + instruction -> action vectors) on the TokenizerManager, with timing.
 
-Shared by `POST /v1/actions` and the openpi policy WebSocket. The prompt is the checkpoint's chat
-template over one user turn, instruction first and images last (see `instruction_messages`);
-sampling is greedy unless the caller sets a temperature. The query always runs as a stream inside
-the node, so each action's completion time is known even when the caller wants one reply.
+Shared by `POST /v1/actions` and the openpi policy WebSocket: both parse their body into an
+`ActionsBody` (the /v1/actions body; an openpi observation maps onto it), and `action_item` makes
+the normalised request. The prompt is the checkpoint's chat template over one user turn,
+instruction first and images last (see `instruction_messages`); sampling is greedy unless the
+caller sets a temperature. The query always runs as a stream inside the node, so each action's
+completion time is known even when the caller wants one reply.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from vla_server.errors import RequestError
 from vla_server.frontend.chat_prompt import chat_prompt_ids, instruction_messages
 from vla_server.frontend.common import finish_error
-from vla_server.frontend.generate_request import from_kwargs
+from vla_server.frontend.generate_request import GenerateItem, parse_sampling
 from vla_server.frontend.tokenizer_manager import TokenizerManager
 
 
@@ -24,16 +29,17 @@ class ActionFailed(RuntimeError):
     """The node could not turn the generated tokens into actions (finish type action_error)."""
 
 
-@dataclass
-class ActionQuery:
+class ActionsBody(msgspec.Struct, forbid_unknown_fields=True):
     instruction: str
-    images: list[Any]
+    image_data: Any = None  # one image or a list (cameras), any form POST /generate accepts
     unnorm_key: str | None = None
     num_actions: int = 1
     mm_hashes: Any = None
     temperature: float = 0.0
     seed: int | None = None
     rid: str | None = None
+    return_token_ids: bool = False
+    stream: bool = False
 
 
 def _ms(seconds: float) -> float:
@@ -106,30 +112,43 @@ def resolved_unnorm_key(tm: TokenizerManager, unnorm_key: str | None) -> str | N
         raise RequestError(str(e), "unnorm_key") from None
 
 
+def action_item(tm: TokenizerManager, body: ActionsBody, timing: ActionTiming) -> GenerateItem:
+    """The normalised request of an action query; records the prompt's time in `timing`."""
+    if not body.instruction.strip():
+        raise RequestError("must be a non-empty string", "instruction")
+    if body.temperature < 0:
+        raise RequestError("must be >= 0", "temperature")
+    given = body.image_data if isinstance(body.image_data, list) else [body.image_data]
+    images = [im for im in given if im is not None]
+    if not images:
+        raise RequestError("an action query needs at least one image", "image_data")
+    assert tm.limits is not None
+    messages = instruction_messages(body.instruction, len(images))
+    ids = chat_prompt_ids(tm.tokenizer, messages, "instruction")
+    timing.prompt_ms = timing.since_start()
+    return GenerateItem(
+        rid=body.rid or uuid.uuid4().hex,
+        sampling_params=parse_sampling(
+            {"temperature": body.temperature, "seed": body.seed}, tm.limits
+        ),
+        input_ids=ids,
+        images=images,
+        mm_hashes=body.mm_hashes,
+        unnorm_key=body.unnorm_key,
+        num_actions=body.num_actions,
+        stream=True,
+    )
+
+
 async def stream_actions(
-    tm: TokenizerManager, query: ActionQuery, timing: ActionTiming, request: Any = None
+    tm: TokenizerManager, item: GenerateItem, timing: ActionTiming, request: Any = None
 ) -> AsyncIterator[ActionUpdate]:
     """Action updates as the node completes them; errors before the first one are raised.
 
     Raises RequestError for bad input (before any update) or a scheduler rejection, and
     ActionFailed when decoding the action tokens fails.
     """
-    if not query.images:
-        raise RequestError("an action query needs at least one image", "image_data")
-    messages = instruction_messages(query.instruction, len(query.images))
-    ids = chat_prompt_ids(tm.tokenizer, messages, "instruction")
-    timing.prompt_ms = timing.since_start()
-    obj = from_kwargs(
-        input_ids=ids,
-        image_data=query.images,
-        mm_hashes=query.mm_hashes,
-        unnorm_key=query.unnorm_key,
-        num_actions=query.num_actions,
-        sampling_params={"temperature": query.temperature, "seed": query.seed},
-        stream=True,
-        rid=query.rid,
-    )
-    gen = tm.generate_request(obj, request)
+    gen = tm.generate_request([item], request)
     try:
         async for chunk in gen:
             assert isinstance(chunk, dict)

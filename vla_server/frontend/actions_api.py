@@ -24,25 +24,25 @@ action; a failure after the first event is one `data: {"error": ...}` event befo
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import msgspec
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
 from vla_server.errors import RequestError
 from vla_server.frontend.action_request import (
     ActionFailed,
-    ActionQuery,
+    ActionsBody,
     ActionTiming,
     ActionUpdate,
+    action_item,
     resolved_unnorm_key,
     stream_actions,
 )
 from vla_server.frontend.common import (
     SSE_DONE,
+    close_response,
     json_response,
     prepend,
     request_body,
@@ -51,37 +51,6 @@ from vla_server.frontend.common import (
 )
 from vla_server.frontend.node_handle import NodeHandle
 from vla_server.frontend.tokenizer_manager import ClientDisconnected, TokenizerManager
-
-
-class ActionsBody(msgspec.Struct, forbid_unknown_fields=True):
-    instruction: str
-    image_data: Any = None
-    unnorm_key: str | None = None
-    num_actions: int = 1
-    mm_hashes: Any = None
-    temperature: float = 0.0
-    seed: int | None = None
-    rid: str | None = None
-    return_token_ids: bool = False
-    stream: bool = False
-
-
-def _query(body: ActionsBody) -> ActionQuery:
-    if not body.instruction.strip():
-        raise RequestError("must be a non-empty string", "instruction")
-    if body.temperature < 0:
-        raise RequestError("must be >= 0", "temperature")
-    images = body.image_data if isinstance(body.image_data, list) else [body.image_data]
-    return ActionQuery(
-        instruction=body.instruction,
-        images=[im for im in images if im is not None],
-        unnorm_key=body.unnorm_key,
-        num_actions=body.num_actions,
-        mm_hashes=body.mm_hashes,
-        temperature=body.temperature,
-        seed=body.seed,
-        rid=body.rid or uuid.uuid4().hex,
-    )
 
 
 def _failed(e: ActionFailed) -> dict[str, Any]:
@@ -154,16 +123,15 @@ class _Reply:
 
 def add_actions_routes(app: FastAPI, node: NodeHandle) -> None:
     tm = node.tokenizer_manager
-    model = served_model_id(node.server_args)
+    model = served_model_id(node.config)
 
     @app.post("/v1/actions")
     async def actions(request: Request) -> Response:
         timing = ActionTiming()
         body = await request_body(request, ActionsBody)
-        query = _query(body)
-        assert query.rid is not None
-        reply = _Reply(tm, model, body, query.rid)
-        updates = stream_actions(tm, query, timing, request)
+        item = action_item(tm, body, timing)
+        reply = _Reply(tm, model, body, item.rid)
+        updates = stream_actions(tm, item, timing, request)
         try:
             first = await updates.__anext__()
             if body.stream:
@@ -194,8 +162,5 @@ async def _events(
     except RequestError as e:
         yield sse(e.to_json())
     finally:
-        # A disconnect cancels this task and, under anyio, every later await with it: abort
-        # synchronously (a no-op once finished), then close the generator.
-        reply.tm.abort_request(reply.rid)
-        await updates.aclose()  # type: ignore[attr-defined]
+        await close_response(reply.tm, updates, [reply.rid])
     yield SSE_DONE

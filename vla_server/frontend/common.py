@@ -10,8 +10,9 @@ import msgspec
 from fastapi import Request
 from fastapi.responses import Response
 
-from vla_server.config import ServerArgs
+from vla_server.config import FrontendConfig
 from vla_server.errors import RequestError, from_msgspec
+from vla_server.frontend.tokenizer_manager import TokenizerManager
 
 T = TypeVar("T")
 
@@ -47,9 +48,9 @@ def finish_error(chunk: dict[str, Any]) -> RequestError | None:
     return None
 
 
-def served_model_id(args: ServerArgs) -> str:
+def served_model_id(config: FrontendConfig) -> str:
     """The model name clients see: `--served-model-name`, else the checkpoint folder's name."""
-    return args.served_model_name or Path(args.model_path or "model").name
+    return config.served_model_name or Path(config.checkpoint.model_path).name
 
 
 async def prepend(first: T, rest: AsyncIterator[T]) -> AsyncIterator[T]:
@@ -57,3 +58,13 @@ async def prepend(first: T, rest: AsyncIterator[T]) -> AsyncIterator[T]:
     yield first
     async for item in rest:
         yield item
+
+
+async def close_response(tm: TokenizerManager, gen: Any, rids: list[str]) -> None:
+    """End a response stream whose client may be gone.
+
+    A disconnect cancels the streaming task and, under anyio, every later await with it: so
+    abort synchronously first (a no-op once finished), then close the generator best-effort.
+    """
+    tm.abort_if_pending(rids)
+    await gen.aclose()

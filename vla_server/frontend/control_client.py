@@ -1,17 +1,21 @@
 """The main process's side of the control plane: rpc calls to the scheduler, pause/resume,
-flush, weight updates and state queries."""
+flush, weight updates, sessions and state queries. It gets the parts of the front end it
+acts on (the generation gate, the session registry, an abort-all and the action tokenizer), not
+the TokenizerManager."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import zmq.asyncio
 
 from vla_server.errors import RequestError
-from vla_server.frontend.session_registry import parse_open_session
+from vla_server.frontend.generation_gate import GenerationGate
+from vla_server.frontend.session_registry import SessionRegistry, parse_open_session
 from vla_server.io_struct import (
     CloseSessionReq,
     ContinueGenerationReq,
@@ -25,9 +29,7 @@ from vla_server.io_struct import (
     encode,
     rpc_reply_decoder,
 )
-
-if TYPE_CHECKING:
-    from vla_server.frontend.tokenizer_manager import TokenizerManager
+from vla_server.multimodal.action_tokenizer import ActionTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -35,9 +37,22 @@ PAUSE_MODES = ("abort", "retract", "in_place")
 
 
 class ControlClient:
-    def __init__(self, tm: TokenizerManager, sock: zmq.asyncio.Socket):
-        self.tm = tm
+    def __init__(
+        self,
+        sock: zmq.asyncio.Socket,
+        gate: GenerationGate,
+        sessions: SessionRegistry,
+        *,
+        before_call: Callable[[], None],
+        abort_all: Callable[[], None],
+        actions: Callable[[], ActionTokenizer | None],
+    ):
         self.sock = sock
+        self.gate = gate
+        self.sessions = sessions
+        self.before_call = before_call  # starts the reply loop; refuses when the engine is down
+        self.abort_all = abort_all
+        self.actions = actions
         self._call_ids = itertools.count(1)
         self._waiters: dict[int, asyncio.Future[RpcReply]] = {}
 
@@ -57,8 +72,7 @@ class ControlClient:
         self._waiters.clear()
 
     async def call(self, msg_type: type, **fields: Any) -> RpcReply:
-        self.tm.ensure_loops()
-        self.tm._check_alive()
+        self.before_call()
         call_id = next(self._call_ids)
         fut: asyncio.Future[RpcReply] = asyncio.get_running_loop().create_future()
         self._waiters[call_id] = fut
@@ -70,7 +84,7 @@ class ControlClient:
             raise RequestError(
                 f"unknown mode {mode!r}; one of {', '.join(PAUSE_MODES)}", field="mode"
             )
-        self.tm.is_pause = True
+        self.gate.paused = True
         if mode == "abort":
             await self._abort_until_drained()
             return RpcReply(call_id=0, success=True, message="paused; in-flight requests aborted")
@@ -78,28 +92,24 @@ class ControlClient:
 
     async def _abort_until_drained(self) -> None:
         # Re-send every second: a request may be dispatched between two aborts.
-        while self.tm.model_update_lock.readers > 0:
-            self.tm.abort_request(abort_all=True)
+        while self.gate.in_flight > 0:
+            self.abort_all()
             for _ in range(20):
-                if self.tm.model_update_lock.readers == 0:
+                if self.gate.in_flight == 0:
                     return
                 await asyncio.sleep(0.05)
 
     async def continue_generation(self) -> RpcReply:
-        self.tm.is_pause = False
-        cond = self.tm._pause_cond
-        if cond is not None:
-            async with cond:
-                cond.notify_all()
+        await self.gate.resume()
         return await self.call(ContinueGenerationReq)
 
     async def flush_cache(self) -> RpcReply:
         return await self.call(FlushCacheReq)
 
     async def update_weights_from_disk(self, model_path: str) -> RpcReply:
-        if self.tm.is_pause:
+        if self.gate.paused:
             return await self.call(UpdateWeightsFromDiskReq, model_path=model_path)
-        in_flight = self.tm.model_update_lock.readers
+        in_flight = self.gate.in_flight
         if in_flight:
             # An operator waiting on the update should see why it has not happened yet.
             logger.info(
@@ -107,15 +117,16 @@ class ControlClient:
                 model_path,
                 in_flight,
             )
-        async with self.tm.model_update_lock.writer():
+        async with self.gate.lock.writer():
             return await self.call(UpdateWeightsFromDiskReq, model_path=model_path)
 
     async def open_session(self, body: dict[str, Any]) -> str:
         req = parse_open_session(body)
         assert req.session_id is not None
-        if req.unnorm_key is not None and self.tm.mm.actions is not None:
+        actions = self.actions()
+        if req.unnorm_key is not None and actions is not None:
             try:
-                self.tm.mm.actions.resolve_unnorm_key(req.unnorm_key)
+                actions.resolve_unnorm_key(req.unnorm_key)
             except ValueError as e:
                 raise RequestError(str(e), "unnorm_key") from None
         reply = await self.call(
@@ -126,12 +137,12 @@ class ControlClient:
         )
         if not reply.success:
             raise RequestError(reply.message, "session_id")
-        self.tm.sessions.add(req)
+        self.sessions.add(req)
         return req.session_id
 
     async def close_session(self, session_id: str) -> None:
         reply = await self.call(CloseSessionReq, session_id=session_id)
-        self.tm.sessions.remove(session_id)
+        self.sessions.remove(session_id)
         if not reply.success:
             raise RequestError(reply.message, "session_id")
 

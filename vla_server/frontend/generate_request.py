@@ -1,15 +1,20 @@
-"""The public generate request (HTTP body / Engine kwargs) and its normalisation into items.
+"""The one normalised request every route produces (`GenerateItem`), and the body of
+`POST /generate` / `Engine.generate` (`GenerateReqInput`) with its normalisation into items.
 
-A request carries exactly one of `text`, `input_ids` or `input_embeds`, either for one prompt
-or for a batch (a list of prompts). `normalize` validates everything that can be checked
-without the tokenizer and returns one `GenerateItem` per prompt; any problem raises a
-`RequestError` naming the field, before any state exists.
+Each route parses its own body (this one, chat completions, actions, an openpi observation) and
+turns it into one `GenerateItem` per prompt; the TokenizerManager turns an item into the wire
+request. A `GenerateItem` is valid by construction for everything that needs neither the
+tokenizer, the images nor the node's state: any problem raises a `RequestError` naming the
+field, before any request state exists.
+
+A `GenerateReqInput` carries exactly one of `text`, `input_ids` or `input_embeds`, either for one
+prompt or for a batch (a list of prompts).
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -20,6 +25,98 @@ from vla_server.io_struct import SessionParams
 from vla_server.model.sampling import SamplingParams
 
 
+@dataclass
+class ModelLimits:
+    vocab_size: int
+    hidden_size: int
+    context_len: int
+
+
+@dataclass
+class GenerateItem:
+    """One prompt, validated: exactly one of text / input_ids / input_embeds is set."""
+
+    rid: str
+    sampling_params: SamplingParams
+    text: str | None = None
+    input_ids: list[int] | None = None
+    input_embeds: np.ndarray | None = None
+    images: list[Any] = field(default_factory=list)
+    mm_hashes: list[Any] | str | None = None  # one per image, as the caller gave them
+    stream: bool = False
+    return_logprob: bool = False
+    logprob_start_len: int = -1
+    top_logprobs_num: int = 0
+    return_text_in_logprobs: bool = False
+    index: int = 0  # the prompt's place in its batch
+    in_batch: bool = False  # the reply is a list (or its chunks carry `index`)
+    unnorm_key: str | None = None
+    num_actions: int | None = None  # None: a plain request, no actions
+    priority: int | None = None
+    deadline_ms: float | None = None  # relative to capture_time, or to the receive time
+    capture_time: float | None = None  # seconds since the epoch (the camera frame's stamp)
+    supersede: bool = False  # a newer request of the session cancels its older waiting one
+    session_id: str | None = None
+    session_params: SessionParams | None = None
+
+    def __post_init__(self) -> None:
+        if self.logprob_start_len < -1:
+            raise RequestError("must be >= -1 (-1: output tokens only)", "logprob_start_len")
+        if self.top_logprobs_num < 0:
+            raise RequestError("must be >= 0", "top_logprobs_num")
+        if self.num_actions is not None and self.num_actions < 1:
+            raise RequestError("must be >= 1", "num_actions")
+        if self.deadline_ms is not None and not self.deadline_ms > 0:
+            raise RequestError("must be > 0", "deadline_ms")
+        if self.session_params is None:
+            if self.supersede and self.session_id is None:
+                raise RequestError("supersede needs session_id or session_params", "supersede")
+        elif self.session_id is not None:
+            raise RequestError("give session_id or session_params, not both", "session_id")
+
+
+def parse_sampling(
+    d: dict[str, Any] | None, limits: ModelLimits, field: str = "sampling_params"
+) -> SamplingParams:
+    """`d` as checked SamplingParams; errors name `field`.<the parameter>."""
+    try:
+        params = msgspec.convert(d or {}, SamplingParams)
+    except msgspec.ValidationError as e:
+        raise from_msgspec(e, prefix=field) from None
+    try:
+        params.validate(limits.vocab_size)
+    except ValueError as e:
+        raise RequestError(str(e), field=f"{field}.{_field_of(e)}") from None
+    return params
+
+
+def _field_of(e: ValueError) -> str:
+    # SamplingParams.validate puts the field name first: "<field> must ..."
+    return str(e).split()[0].strip("`:'\"")
+
+
+def check_token_ids(ids: list[int], limits: ModelLimits, field: str) -> None:
+    if not ids:
+        raise RequestError("the prompt is empty", field)
+    bad = next((t for t in ids if not 0 <= t < limits.vocab_size), None)
+    if bad is not None:
+        raise RequestError(
+            f"token id {bad} is outside the vocabulary [0, {limits.vocab_size})", field
+        )
+
+
+def check_prompt_length(n: int, limits: ModelLimits, field: str) -> None:
+    if n >= limits.context_len:
+        raise RequestError(
+            f"the prompt has {n} tokens; the model's context length is {limits.context_len} "
+            "(prompt plus at least one new token must fit)",
+            field,
+        )
+
+
+# ---- POST /generate and Engine.generate ----------------------------------------------------
+
+
 class GenerateReqInput(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     text: str | list[str] | None = None
     input_ids: list[Any] | None = None
@@ -27,53 +124,27 @@ class GenerateReqInput(msgspec.Struct, forbid_unknown_fields=True, omit_defaults
     sampling_params: dict[str, Any] | list[dict[str, Any]] | None = None
     rid: str | list[str] | None = None
     return_logprob: bool | list[bool] = False
+    image_data: Any = None  # one image, or a list (cameras); a list of those for a batch
+    mm_hashes: Any = None  # hex image hashes, one per image, in the same shape as image_data
+    # The fields below hold for every prompt of a batch; GenerateItem has them by the same name.
     logprob_start_len: int = -1
     top_logprobs_num: int = 0
     return_text_in_logprobs: bool = False
     stream: bool = False
-    image_data: Any = None  # one image, or a list (cameras); a list of those for a batch
-    mm_hashes: Any = None  # hex image hashes, one per image, in the same shape as image_data
     unnorm_key: str | None = None
     num_actions: int | None = None
     priority: int | None = None
-    deadline_ms: float | None = None  # relative to capture_time, or to the receive time
-    capture_time: float | None = None  # seconds since the epoch (the camera frame's stamp)
-    supersede: bool = False  # a newer request of the session cancels its older waiting one
+    deadline_ms: float | None = None
+    capture_time: float | None = None
+    supersede: bool = False
     session_id: str | None = None
-    session_params: dict[str, Any] | None = None
+    session_params: SessionParams | None = None
 
 
-@dataclass
-class GenerateItem:
-    index: int
-    rid: str
-    text: str | None
-    input_ids: list[int] | None
-    input_embeds: np.ndarray | None
-    sampling_params: SamplingParams
-    return_logprob: bool
-    logprob_start_len: int
-    top_logprobs_num: int
-    return_text_in_logprobs: bool
-    stream: bool
-    in_batch: bool
-    images: list[Any]
-    mm_hashes: list[Any] | str | None
-    unnorm_key: str | None
-    num_actions: int
-    priority: int | None
-    deadline_ms: float | None
-    capture_time: float | None
-    supersede: bool
-    session_id: str | None
-    session_params: SessionParams | None
-
-
-@dataclass
-class ModelLimits:
-    vocab_size: int
-    hidden_size: int
-    context_len: int
+_PER_PROMPT = frozenset(
+    ("text", "input_ids", "input_embeds", "sampling_params", "rid", "return_logprob")
+    + ("image_data", "mm_hashes")
+)
 
 
 def parse_body(body: bytes) -> GenerateReqInput:
@@ -88,6 +159,38 @@ def from_kwargs(**kwargs: Any) -> GenerateReqInput:
         return msgspec.convert(kwargs, GenerateReqInput)
     except msgspec.ValidationError as e:
         raise from_msgspec(e) from None
+
+
+def normalize(obj: GenerateReqInput, limits: ModelLimits) -> list[GenerateItem]:
+    kind, prompts, batch = _prompts(obj, limits.hidden_size)
+    n = len(prompts)
+    if n == 0:
+        raise RequestError("the batch is empty", field=kind)
+    params = _per_item(obj.sampling_params, n, "sampling_params", batch)
+    rids = _rids(obj.rid, n, batch)
+    want_lp = _per_item(obj.return_logprob, n, "return_logprob", batch)
+    images = _images(obj.image_data, n, batch)
+    hashes = _batch_entries(obj.mm_hashes, n, batch, "mm_hashes")
+    listed = isinstance(obj.sampling_params, list)
+    shared = {name: getattr(obj, name) for name in obj.__struct_fields__ if name not in _PER_PROMPT}
+    return [
+        GenerateItem(
+            rid=rids[i],
+            sampling_params=parse_sampling(
+                params[i], limits, f"sampling_params[{i}]" if listed else "sampling_params"
+            ),
+            text=prompts[i] if kind == "text" else None,
+            input_ids=prompts[i] if kind == "input_ids" else None,
+            input_embeds=prompts[i] if kind == "input_embeds" else None,
+            images=images[i],
+            mm_hashes=hashes[i],
+            return_logprob=want_lp[i],
+            index=i,
+            in_batch=batch,
+            **shared,
+        )
+        for i in range(n)
+    ]
 
 
 def _prompts(obj: GenerateReqInput, hidden: int) -> tuple[str, list[Any], bool]:
@@ -145,89 +248,6 @@ def _per_item(value: Any, n: int, field: str, batch: bool) -> list[Any]:
     return [value] * n
 
 
-def _sampling(d: dict[str, Any] | None, field: str, limits: ModelLimits) -> SamplingParams:
-    try:
-        params = msgspec.convert(d or {}, SamplingParams)
-    except msgspec.ValidationError as e:
-        raise from_msgspec(e, prefix=field) from None
-    try:
-        params.validate(limits.vocab_size)
-    except ValueError as e:
-        raise RequestError(str(e), field=f"{field}.{_field_of(e)}") from None
-    return params
-
-
-def _field_of(e: ValueError) -> str:
-    # SamplingParams.validate puts the field name first: "<field> must ..."
-    return str(e).split()[0].strip("`:'\"")
-
-
-def normalize(obj: GenerateReqInput, limits: ModelLimits) -> tuple[list[GenerateItem], bool]:
-    kind, prompts, batch = _prompts(obj, limits.hidden_size)
-    n = len(prompts)
-    if n == 0:
-        raise RequestError("the batch is empty", field=kind)
-    if obj.logprob_start_len < -1:
-        raise RequestError("must be >= -1 (-1: output tokens only)", "logprob_start_len")
-    if obj.top_logprobs_num < 0:
-        raise RequestError("must be >= 0", "top_logprobs_num")
-    params = _per_item(obj.sampling_params, n, "sampling_params", batch)
-    rids = _rids(obj.rid, n, batch)
-    want_lp = _per_item(obj.return_logprob, n, "return_logprob", batch)
-    images = _images(obj.image_data, n, batch)
-    hashes = _batch_entries(obj.mm_hashes, n, batch, "mm_hashes")
-    if obj.num_actions is not None and obj.num_actions < 1:
-        raise RequestError("must be >= 1", "num_actions")
-    session_params = _session_params(obj)
-    items = []
-    for i in range(n):
-        field = (
-            f"sampling_params[{i}]" if isinstance(obj.sampling_params, list) else "sampling_params"
-        )
-        items.append(
-            GenerateItem(
-                index=i,
-                rid=rids[i],
-                text=prompts[i] if kind == "text" else None,
-                input_ids=prompts[i] if kind == "input_ids" else None,
-                input_embeds=prompts[i] if kind == "input_embeds" else None,
-                sampling_params=_sampling(params[i], field, limits),
-                return_logprob=want_lp[i],
-                logprob_start_len=obj.logprob_start_len,
-                top_logprobs_num=obj.top_logprobs_num,
-                return_text_in_logprobs=obj.return_text_in_logprobs,
-                stream=obj.stream,
-                in_batch=batch,
-                images=images[i],
-                mm_hashes=hashes[i],
-                unnorm_key=obj.unnorm_key,
-                num_actions=obj.num_actions or 0,
-                priority=obj.priority,
-                deadline_ms=obj.deadline_ms,
-                capture_time=obj.capture_time,
-                supersede=obj.supersede,
-                session_id=obj.session_id,
-                session_params=session_params,
-            )
-        )
-    return items, batch
-
-
-def _session_params(obj: GenerateReqInput) -> SessionParams | None:
-    if obj.deadline_ms is not None and not obj.deadline_ms > 0:
-        raise RequestError("must be > 0", "deadline_ms")
-    if obj.session_params is None:
-        if obj.supersede and obj.session_id is None:
-            raise RequestError("supersede needs session_id or session_params", "supersede")
-        return None
-    if obj.session_id is not None:
-        raise RequestError("give session_id or session_params, not both", "session_id")
-    try:
-        return msgspec.convert(obj.session_params, SessionParams)
-    except msgspec.ValidationError as e:
-        raise from_msgspec(e, prefix="session_params") from None
-
-
 def _batch_entries(value: Any, n: int, batch: bool, field: str) -> list[Any]:
     """Per-prompt entries of a field that is itself a list for one prompt (images, hashes)."""
     if not batch or value is None:
@@ -253,22 +273,3 @@ def _rids(rid: str | list[str] | None, n: int, batch: bool) -> list[str]:
     if len(set(rids)) != len(rids) or any(r == "" for r in rids):
         raise RequestError("rids in a batch must be unique and non-empty", "rid")
     return rids
-
-
-def check_token_ids(ids: list[int], limits: ModelLimits, field: str) -> None:
-    if not ids:
-        raise RequestError("the prompt is empty", field)
-    bad = next((t for t in ids if not 0 <= t < limits.vocab_size), None)
-    if bad is not None:
-        raise RequestError(
-            f"token id {bad} is outside the vocabulary [0, {limits.vocab_size})", field
-        )
-
-
-def check_prompt_length(n: int, limits: ModelLimits, field: str) -> None:
-    if n >= limits.context_len:
-        raise RequestError(
-            f"the prompt has {n} tokens; the model's context length is {limits.context_len} "
-            "(prompt plus at least one new token must fit)",
-            field,
-        )

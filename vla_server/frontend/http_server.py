@@ -6,6 +6,7 @@ import asyncio
 import hmac
 import logging
 import os
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -18,20 +19,32 @@ from vla_server.errors import RequestError
 from vla_server.frontend.actions_api import add_actions_routes
 from vla_server.frontend.common import (
     SSE_DONE,
+    close_response,
     finish_error,
     json_response,
     request_body,
     sse,
 )
-from vla_server.frontend.generate_request import parse_body
+from vla_server.frontend.generate_request import GenerateItem, normalize, parse_body
 from vla_server.frontend.node_handle import NodeHandle
 from vla_server.frontend.openai_api import add_openai_routes
 from vla_server.frontend.openpi_policy import add_openpi_routes
 from vla_server.frontend.tokenizer_manager import ClientDisconnected, TokenizerManager
+from vla_server.model.sampling import SamplingParams
 
 logger = logging.getLogger(__name__)
 
 HEALTH_GENERATE_TIMEOUT_S = 20.0
+# What GET /get_model_info reports of the scheduler's start-up report.
+MODEL_INFO_KEYS = (
+    "architectures",
+    "vocab_size",
+    "hidden_size",
+    "context_len",
+    "dtype",
+    "device",
+    "attention_backend",
+)
 
 
 class AbortBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -80,33 +93,43 @@ class ApiKeyMiddleware:
 
 
 def create_app(node: NodeHandle) -> FastAPI:
-    tm: TokenizerManager = node.tokenizer_manager
-    args = node.server_args
+    app = FastAPI(title="vla-server", lifespan=_lifespan(node))
+    app.add_exception_handler(RequestError, _request_error)
+    if node.config.api_key:
+        app.add_middleware(ApiKeyMiddleware, api_key=node.config.api_key)
+    add_generate_route(app, node.tokenizer_manager)
+    add_info_routes(app, node)
+    add_openai_routes(app, node)
+    add_actions_routes(app, node)
+    add_openpi_routes(app, node)
+    add_control_routes(app, node.tokenizer_manager)
+    return app
 
+
+def _lifespan(node: NodeHandle) -> Any:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        tm.ensure_loops()
+        node.tokenizer_manager.ensure_loops()
         yield
         # Runs after uvicorn has drained in-flight requests (see run_server); the node stops
         # here, so that it is down before uvicorn re-delivers the signal it drained for.
         node.shutdown()
         logger.info("node stopped")
 
-    app = FastAPI(title="vla-server", lifespan=lifespan)
-    app.state.node = node
+    return lifespan
 
-    @app.exception_handler(RequestError)
-    async def request_error(_: Request, e: RequestError) -> Response:
-        return json_response(e.to_json(), e.status_code)
 
-    if args.api_key:
-        app.add_middleware(ApiKeyMiddleware, api_key=args.api_key)
+async def _request_error(_: Request, e: RequestError) -> Response:
+    return json_response(e.to_json(), e.status_code)
 
+
+def add_generate_route(app: FastAPI, tm: TokenizerManager) -> None:
     @app.post("/generate")
     async def generate(request: Request) -> Response:
         obj = parse_body(await request.body())
-        rids: list[str] = []
-        gen = tm.generate_request(obj, request, rids)
+        assert tm.limits is not None
+        items = normalize(obj, tm.limits)
+        gen = tm.generate_request(items, request)
         if not obj.stream:
             try:
                 out = [o async for o in gen][-1]
@@ -119,28 +142,20 @@ def create_app(node: NodeHandle) -> FastAPI:
         if err is not None and not first.get("output_ids"):
             await gen.aclose()
             return json_response(err.to_json(), err.status_code)
-        return StreamingResponse(_stream(first, gen, rids), media_type="text/event-stream")
+        rids = [it.rid for it in items]
+        return StreamingResponse(_stream(tm, first, gen, rids), media_type="text/event-stream")
 
-    async def _stream(
-        first: dict[str, Any], gen: AsyncIterator[Any], rids: list[str]
-    ) -> AsyncIterator[bytes]:
-        try:
-            yield sse(first)
-            async for chunk in gen:
-                yield sse(chunk)
-            yield SSE_DONE
-        finally:
-            # A disconnect cancels this task; under anyio every later await is cancelled too,
-            # so abort synchronously first, then close the generator best-effort.
-            tm.abort_if_pending(rids)
-            await gen.aclose()  # type: ignore[attr-defined]
 
-    add_info_routes(app, node)
-    add_openai_routes(app, node)
-    add_actions_routes(app, node)
-    add_openpi_routes(app, node)
-    add_control_routes(app, tm)
-    return app
+async def _stream(
+    tm: TokenizerManager, first: dict[str, Any], gen: AsyncIterator[Any], rids: list[str]
+) -> AsyncIterator[bytes]:
+    try:
+        yield sse(first)
+        async for chunk in gen:
+            yield sse(chunk)
+        yield SSE_DONE
+    finally:
+        await close_response(tm, gen, rids)
 
 
 def add_info_routes(app: FastAPI, node: NodeHandle) -> None:
@@ -155,12 +170,14 @@ def add_info_routes(app: FastAPI, node: NodeHandle) -> None:
 
     @app.get("/health_generate")
     async def health_generate() -> Response:
-        from vla_server.frontend.generate_request import from_kwargs
-
-        obj = from_kwargs(input_ids=[1], sampling_params={"max_new_tokens": 1, "temperature": 0.0})
+        item = GenerateItem(
+            rid=uuid.uuid4().hex,
+            sampling_params=SamplingParams(max_new_tokens=1, temperature=0.0),
+            input_ids=[1],
+        )
         try:
             async with asyncio.timeout(HEALTH_GENERATE_TIMEOUT_S):
-                async for _ in tm.generate_request(obj):
+                async for _ in tm.generate_request([item]):
                     pass
         except (TimeoutError, RequestError) as e:
             return json_response({"status": "unhealthy", "reason": str(e) or "timeout"}, 503)
@@ -170,16 +187,10 @@ def add_info_routes(app: FastAPI, node: NodeHandle) -> None:
     async def model_info() -> Response:
         return json_response(
             {
-                "model_path": node.server_args.model_path,
-                "tokenizer_path": node.server_args.resolved_tokenizer_path(),
+                "model_path": node.config.checkpoint.model_path,
+                "tokenizer_path": node.config.checkpoint.tokenizer_path,
                 "is_generation": True,
-                "architectures": info["architectures"],
-                "vocab_size": info["vocab_size"],
-                "hidden_size": info["hidden_size"],
-                "context_len": info["context_len"],
-                "dtype": info["dtype"],
-                "device": info["device"],
-                "attention_backend": info["attention_backend"],
+                **{key: info[key] for key in MODEL_INFO_KEYS},
                 **tm.mm.describe(),
             }
         )
@@ -189,7 +200,7 @@ def add_info_routes(app: FastAPI, node: NodeHandle) -> None:
         state = await tm.control.internal_state()
         return json_response(
             {
-                **node.server_args.to_dict(),
+                **node.arguments(),
                 "scheduler_info": info,
                 "internal_states": [state],
                 "num_pending_requests": len(tm.rid_to_state),

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from vla_server.config import ServerArgs
+from vla_server.config import FrontendConfig
 from vla_server.errors import RequestError
 from vla_server.frontend.generate_request import GenerateItem
 from vla_server.io_struct import MMItem, Tensor
@@ -24,9 +24,9 @@ MAX_ACTIONS_PER_REQUEST = 256
 
 
 class MultimodalFrontend:
-    def __init__(self, args: ServerArgs, tokenizer: Any, info: dict[str, Any]):
-        path = Path(args.model_path or "")
-        self.max_images = args.max_images_per_request
+    def __init__(self, config: FrontendConfig, tokenizer: Any, info: dict[str, Any]):
+        path = Path(config.checkpoint.model_path)
+        self.max_images = config.max_images_per_request
         self.image_token_id: int | None = info.get("image_token_id")
         self.tokens_per_image: int = info.get("num_image_tokens") or 0
         self.vocab_size: int = info["vocab_size"]
@@ -39,10 +39,10 @@ class MultimodalFrontend:
         self.pipeline: ImagePipeline | None = None
         if self.tokens_per_image:
             policy = MediaPolicy(
-                max_image_bytes=args.max_image_bytes,
-                max_image_pixels=args.max_image_pixels,
-                allowed_local_media_path=args.allowed_local_media_path,
-                allow_remote=args.allow_remote_media,
+                max_image_bytes=config.max_image_bytes,
+                max_image_pixels=config.max_image_pixels,
+                allowed_local_media_path=config.allowed_local_media_path,
+                allow_remote=config.allow_remote_media,
             )
             self.pipeline = ImagePipeline(policy, PreprocessConfig.from_folder(path))
         self.actions = ActionTokenizer.from_folder(

@@ -24,6 +24,7 @@ from vla_server.errors import RequestError
 from vla_server.frontend.chat_prompt import chat_prompt_ids
 from vla_server.frontend.common import (
     SSE_DONE,
+    close_response,
     finish_error,
     json_response,
     prepend,
@@ -31,7 +32,7 @@ from vla_server.frontend.common import (
     served_model_id,
     sse,
 )
-from vla_server.frontend.generate_request import from_kwargs
+from vla_server.frontend.generate_request import GenerateItem, parse_sampling
 from vla_server.frontend.node_handle import NodeHandle
 from vla_server.frontend.openai_protocol import (
     ChatRequest,
@@ -115,8 +116,8 @@ def _default_max_tokens(tm: TokenizerManager, ids: list[int], num_images: int) -
 
 def add_openai_routes(app: FastAPI, node: NodeHandle) -> None:
     tm = node.tokenizer_manager
-    model = served_model_id(node.server_args)
-    names = {model, node.server_args.model_path}
+    model = served_model_id(node.config)
+    names = {model, node.config.checkpoint.model_path}
     created = int(time.time())
 
     @app.get("/v1/models")
@@ -127,7 +128,7 @@ def add_openai_routes(app: FastAPI, node: NodeHandle) -> None:
             "object": "model",
             "created": created,
             "owned_by": "vla-server",
-            "root": node.server_args.model_path,
+            "root": node.config.checkpoint.model_path,
             "max_model_len": tm.limits.context_len,
         }
         return json_response({"object": "list", "data": [card]})
@@ -142,30 +143,41 @@ def add_openai_routes(app: FastAPI, node: NodeHandle) -> None:
                 err = RequestError(f"the model {body.model!r} does not exist", "model", 404)
                 return _error(err, image_fields, "model_not_found")
             messages, urls, image_fields = hf_messages(body.messages)
-            ids = chat_prompt_ids(tm.tokenizer, messages, "messages")
-            params = {
-                "max_new_tokens": body.max_new_tokens or _default_max_tokens(tm, ids, len(urls)),
-                "temperature": body.temperature,
-                "top_p": body.top_p,
-                "seed": body.seed,
-                "stop": [body.stop] if isinstance(body.stop, str) else body.stop or [],
-            }
             completion = _Completion(model, body.include_usage)
-            obj = from_kwargs(
-                input_ids=ids,
-                image_data=urls or None,
-                sampling_params=params,
-                stream=body.stream,
-                rid=completion.id,  # so POST /abort_request can name it
-            )
-            return await _respond(tm, obj, request, completion)
+            ids = chat_prompt_ids(tm.tokenizer, messages, "messages")
+            # The completion's id is the request's, so POST /abort_request can name it.
+            item = _item(tm, body, ids, urls, completion.id)
+            return await _respond(tm, item, request, completion)
         except RequestError as e:
             return _error(e, image_fields)
 
 
-async def _respond(tm: TokenizerManager, obj: Any, request: Request, c: _Completion) -> Response:
-    gen = tm.generate_request(obj, request)
-    if not obj.stream:
+def _item(
+    tm: TokenizerManager, body: ChatRequest, ids: list[int], urls: list[str], rid: str
+) -> GenerateItem:
+    """The normalised request of a chat completion."""
+    assert tm.limits is not None
+    params = {
+        "max_new_tokens": body.max_new_tokens or _default_max_tokens(tm, ids, len(urls)),
+        "temperature": body.temperature,
+        "top_p": body.top_p,
+        "seed": body.seed,
+        "stop": [body.stop] if isinstance(body.stop, str) else body.stop or [],
+    }
+    return GenerateItem(
+        rid=rid,
+        sampling_params=parse_sampling(params, tm.limits),
+        input_ids=ids,
+        images=urls,
+        stream=body.stream,
+    )
+
+
+async def _respond(
+    tm: TokenizerManager, item: GenerateItem, request: Request, c: _Completion
+) -> Response:
+    gen = tm.generate_request([item], request)
+    if not item.stream:
         try:
             out = [o async for o in gen][-1]
         except ClientDisconnected:
@@ -207,8 +219,5 @@ async def _stream(
     except RequestError as e:  # the engine failed or the request was rejected mid-stream
         yield sse(openai_error_body(e))
     finally:
-        # A disconnect cancels this task and, under anyio, every later await with it: abort
-        # synchronously (a no-op once finished), then close the generator.
-        tm.abort_request(c.id)
-        await gen.aclose()  # type: ignore[attr-defined]
+        await close_response(tm, gen, [c.id])
     yield SSE_DONE

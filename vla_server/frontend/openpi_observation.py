@@ -1,4 +1,4 @@
-"""openpi observation dicts -> action queries, and the policy endpoint's settings.
+"""openpi observation dicts -> action query bodies, and the policy endpoint's settings.
 
 An observation is the dict an openpi client sends (`WebsocketClientPolicy.infer(obs)`). Keys read:
 
@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from vla_server.config import ServerArgs
+from vla_server.config import FrontendConfig
 from vla_server.errors import RequestError
-from vla_server.frontend.action_request import ActionQuery
+from vla_server.frontend.action_request import ActionsBody
 
 
 @dataclass(frozen=True)
@@ -43,13 +43,13 @@ class OpenpiConfig:
     unnorm_key: str | None = None
 
     @classmethod
-    def from_args(cls, args: ServerArgs) -> OpenpiConfig:
-        if args.openpi_action_horizon < 1:
+    def from_config(cls, config: FrontendConfig) -> OpenpiConfig:
+        if config.openpi_action_horizon < 1:
             raise ValueError(
-                f"--openpi-action-horizon must be >= 1, not {args.openpi_action_horizon}"
+                f"--openpi-action-horizon must be >= 1, not {config.openpi_action_horizon}"
             )
-        keys = tuple(k.strip() for k in args.openpi_image_keys if k.strip())
-        return cls(keys, args.openpi_action_horizon, args.openpi_unnorm_key)
+        keys = tuple(k.strip() for k in config.openpi_image_keys if k.strip())
+        return cls(keys, config.openpi_action_horizon, config.openpi_unnorm_key)
 
 
 def _flatten(obs: Mapping[Any, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -116,15 +116,16 @@ def _optional(obs: Mapping[str, Any], key: str, kind: type, default: Any) -> Any
     return value
 
 
-def observation_query(obs: Any, cfg: OpenpiConfig) -> ActionQuery:
+def observation_body(obs: Any, cfg: OpenpiConfig) -> ActionsBody:
+    """The action query an observation asks for (greedy, as openpi's policies act)."""
     if not isinstance(obs, Mapping):
         raise RequestError("the observation must be a msgpack map", "observation")
     prompt = obs.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         raise RequestError("the observation needs a non-empty string 'prompt'", "prompt")
-    return ActionQuery(
+    return ActionsBody(
         instruction=prompt,
-        images=_images(dict(_flatten(obs)), cfg),
+        image_data=_images(dict(_flatten(obs)), cfg),
         unnorm_key=_optional(obs, "unnorm_key", str, cfg.unnorm_key),
         num_actions=_optional(obs, "num_actions", int, cfg.action_horizon),
         mm_hashes=obs.get("mm_hashes"),

@@ -35,13 +35,14 @@ from fastapi.responses import PlainTextResponse
 from vla_server.errors import RequestError
 from vla_server.frontend.action_request import (
     ActionFailed,
-    ActionQuery,
+    ActionsBody,
     ActionTiming,
+    action_item,
     stream_actions,
 )
 from vla_server.frontend.common import served_model_id
 from vla_server.frontend.node_handle import NodeHandle
-from vla_server.frontend.openpi_observation import OpenpiConfig, observation_query
+from vla_server.frontend.openpi_observation import OpenpiConfig, observation_body
 from vla_server.frontend.openpi_wire import WireFormatError, pack, unpack
 from vla_server.frontend.tokenizer_manager import TokenizerManager
 
@@ -62,7 +63,7 @@ def _metadata(node: NodeHandle, cfg: OpenpiConfig) -> dict[str, Any]:
     actions = node.tokenizer_manager.mm.actions
     return {
         "server": "vla-server",
-        "model": served_model_id(node.server_args),
+        "model": served_model_id(node.config),
         "action_dim": actions.action_dim if actions else None,
         "action_horizon": cfg.action_horizon,
         "unnorm_keys": actions.unnorm_keys() if actions else [],
@@ -72,10 +73,10 @@ def _metadata(node: NodeHandle, cfg: OpenpiConfig) -> dict[str, Any]:
     }
 
 
-async def _infer(tm: TokenizerManager, query: ActionQuery) -> dict[str, Any]:
+async def _infer(tm: TokenizerManager, body: ActionsBody) -> dict[str, Any]:
     timing = ActionTiming()
     actions: list[list[float]] = []
-    async for update in stream_actions(tm, query, timing):
+    async for update in stream_actions(tm, action_item(tm, body, timing), timing):
         actions += update.actions
         if update.finished and update.meta["finish_reason"]["type"] != "length":
             raise ActionFailed(f"the query ended early: {update.meta['finish_reason']}")
@@ -87,7 +88,7 @@ async def _reply(tm: TokenizerManager, cfg: OpenpiConfig, frame: bytes) -> dict[
         obs = unpack(frame)
     except WireFormatError as e:
         raise RequestError(str(e), "observation") from None
-    return await _infer(tm, observation_query(obs, cfg))
+    return await _infer(tm, observation_body(obs, cfg))
 
 
 async def _fail(ws: WebSocket, message: str, code: int, reason: str) -> None:
@@ -121,8 +122,8 @@ async def _serve(ws: WebSocket, tm: TokenizerManager, cfg: OpenpiConfig) -> None
 
 def add_openpi_routes(app: FastAPI, node: NodeHandle) -> None:
     tm = node.tokenizer_manager
-    cfg = OpenpiConfig.from_args(node.server_args)
-    api_key = node.server_args.api_key
+    cfg = OpenpiConfig.from_config(node.config)
+    api_key = node.config.api_key
 
     @app.get("/healthz")
     async def healthz() -> PlainTextResponse:

@@ -34,7 +34,6 @@ class ReqState:
     text_chunks: list[str] = field(default_factory=list)
     output_ids: list[int] = field(default_factory=list)
     logprobs: LogprobAccum = field(default_factory=LogprobAccum)
-    finish_reason: dict[str, Any] | None = None
     actions: list[list[float]] = field(default_factory=list)
     first_action_time: float | None = None
     queue_time: float | None = None

@@ -1,9 +1,10 @@
 """TokenizerManager: the main process's side of the ring (asyncio).
 
-`generate_request` follows DESIGN §2: normalise -> create per-rid state up front (a duplicate rid
-in flight is an error) -> wait while paused -> hold the model-update reader lock through the
-whole response -> tokenize -> send -> wait. A failure before dispatch removes the state; a
-failure after dispatch sends exactly one abort, and the scheduler's echo removes the state.
+`generate_request` follows DESIGN §2 for the normalised items a route made: apply the session's
+defaults -> create per-rid state up front (a duplicate rid in flight is an error) -> wait while
+paused -> hold the model-update reader lock through the whole response -> tokenize -> send ->
+wait. A failure before dispatch removes the state; a failure after dispatch sends exactly one
+abort, and the scheduler's echo removes the state.
 """
 
 from __future__ import annotations
@@ -18,18 +19,16 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from vla_server.config import PortArgs, ServerArgs
+from vla_server.config import FrontendConfig, PortArgs
 from vla_server.errors import RequestError
-from vla_server.frontend.aio_rwlock import RWLock
 from vla_server.frontend.control_client import ControlClient
 from vla_server.frontend.generate_request import (
     GenerateItem,
-    GenerateReqInput,
     ModelLimits,
     check_prompt_length,
     check_token_ids,
-    normalize,
 )
+from vla_server.frontend.generation_gate import GenerationGate
 from vla_server.frontend.mm_frontend import MultimodalFrontend
 from vla_server.frontend.req_state import (
     ReqState,
@@ -63,17 +62,15 @@ class EngineDeadError(RuntimeError):
 
 
 class TokenizerManager:
-    def __init__(self, server_args: ServerArgs, port_args: PortArgs, tokenizer: Any):
-        self.args = server_args
+    def __init__(self, config: FrontendConfig, port_args: PortArgs, tokenizer: Any):
+        self.config = config
         self.tokenizer = tokenizer
         self.limits: ModelLimits | None = None  # known once the scheduler is ready
         self.mm: MultimodalFrontend
         self.sessions = SessionRegistry()
         self.rid_to_state: dict[str, ReqState] = {}
         self.metrics = ServerMetrics()
-        self.model_update_lock = RWLock()
-        self.is_pause = False
-        self._pause_cond: asyncio.Condition | None = None
+        self.gate = GenerationGate()
         self.dead_reason: str | None = None
         self._ctx = zmq.asyncio.Context(2)
         self.recv_sock = zmq_socket(self._ctx, zmq.PULL, port_args.tokenizer_ipc_name, bind=True)
@@ -81,7 +78,12 @@ class TokenizerManager:
             self._ctx, zmq.PUSH, port_args.scheduler_input_ipc_name, bind=False
         )
         self.control = ControlClient(
-            self, zmq_socket(self._ctx, zmq.DEALER, port_args.rpc_ipc_name, bind=True)
+            zmq_socket(self._ctx, zmq.DEALER, port_args.rpc_ipc_name, bind=True),
+            self.gate,
+            self.sessions,
+            before_call=self._before_control_call,
+            abort_all=lambda: self.abort_request(abort_all=True),
+            actions=lambda: self.mm.actions,
         )
         self._loop_tasks: list[asyncio.Task[None]] = []
 
@@ -89,7 +91,7 @@ class TokenizerManager:
 
     def ensure_loops(self) -> None:
         if not self._loop_tasks:
-            self._pause_cond = asyncio.Condition()
+            self.gate.start()
             self._loop_tasks = [
                 asyncio.create_task(self._handle_loop()),
                 asyncio.create_task(self.control.reply_loop()),
@@ -152,7 +154,6 @@ class TokenizerManager:
                 )
             state.actions += new_actions
         state.finished = finish is not None
-        state.finish_reason = finish
         if finish is not None and finish.get("type") == "action_error":
             self._send_abort(state.rid)  # the scheduler may still be generating this request
         if state.item.stream:
@@ -177,7 +178,7 @@ class TokenizerManager:
 
     def _priority(self, state: ReqState) -> str:
         p = state.item.priority
-        return str(self.args.default_priority_value if p is None else p)
+        return str(self.config.default_priority_value if p is None else p)
 
     def _decode_one(self, tid: int) -> str:
         return self.tokenizer.decode([tid])
@@ -212,26 +213,23 @@ class TokenizerManager:
     # ---- requests ----------------------------------------------------------------------------
 
     async def generate_request(
-        self, obj: GenerateReqInput, request: Any = None, rid_sink: list[str] | None = None
+        self, items: list[GenerateItem], request: Any = None
     ) -> AsyncIterator[dict[str, Any] | list[dict[str, Any]]]:
         """Yield output chunks (streaming) or one final output (a list for a batch).
 
-        `rid_sink` receives the request ids, so a caller that may be cancelled while this
-        generator is suspended can still abort them synchronously (`abort_if_pending`).
+        A caller that may be cancelled while this generator is suspended aborts its items
+        synchronously with `abort_if_pending` before closing it.
         """
         self.ensure_loops()
         self._check_alive()
-        assert self.limits is not None
-        items, is_batch = normalize(obj, self.limits)
+        for item in items:
+            self.sessions.apply(item)
         states = self._init_states(items)
-        if rid_sink is not None:
-            rid_sink.extend(st.rid for st in states)
         try:
-            await self._wait_unpaused()
-            async with self.model_update_lock.reader():
+            async with self.gate.generation():
                 msgs = [await self._timed_tokenize(st) for st in states]
                 self._send(msgs, states)
-                async for out in self._wait_responses(states, request, is_batch):
+                async for out in self._wait_responses(states, request):
                     yield out
         except BaseException:
             self._release_on_failure(states)
@@ -240,6 +238,10 @@ class TokenizerManager:
     def _check_alive(self) -> None:
         if self.dead_reason is not None:
             raise RequestError(f"the engine is down: {self.dead_reason}", status_code=503)
+
+    def _before_control_call(self) -> None:
+        self.ensure_loops()
+        self._check_alive()
 
     def _init_states(self, items: list[GenerateItem]) -> list[ReqState]:
         dup = next((it.rid for it in items if it.rid in self.rid_to_state), None)
@@ -251,16 +253,10 @@ class TokenizerManager:
             self.rid_to_state[st.rid] = st
         return states
 
-    async def _wait_unpaused(self) -> None:
-        assert self._pause_cond is not None
-        if self.is_pause:
-            async with self._pause_cond:
-                await self._pause_cond.wait_for(lambda: not self.is_pause)
-
     def set_model_info(self, info: dict[str, Any]) -> None:
         """Called once the scheduler reports ready: model limits and the multimodal front end."""
         self.limits = ModelLimits(info["vocab_size"], info["hidden_size"], info["context_len"])
-        self.mm = MultimodalFrontend(self.args, self.tokenizer, info)
+        self.mm = MultimodalFrontend(self.config, self.tokenizer, info)
 
     async def _timed_tokenize(self, state: ReqState) -> TokenizedGenerateReqInput:
         start = time.perf_counter()
@@ -269,24 +265,11 @@ class TokenizerManager:
         return msg
 
     async def _tokenize(self, item: GenerateItem, received: float) -> TokenizedGenerateReqInput:
-        """The wire request; `received` (the request's arrival, before any pause wait and image
-        decoding) is when a `deadline_ms` without `capture_time` starts counting."""
+        """The wire request of `item`: the only place one is built. `received` (the request's
+        arrival, before any pause wait and image decoding) is when a `deadline_ms` without
+        `capture_time` starts counting."""
         assert self.limits is not None
-        self.sessions.apply(item)
-        embeds = None
-        if item.input_embeds is not None:
-            if item.images:
-                raise RequestError("image_data cannot be combined with input_embeds", "image_data")
-            ids = [0] * item.input_embeds.shape[0]
-            embeds = Tensor.from_numpy(item.input_embeds)
-            field = "input_embeds"
-        elif item.text is not None:
-            ids = self.tokenizer(item.text)["input_ids"]
-            field = "text"
-        else:
-            ids = list(item.input_ids or [])
-            check_token_ids(ids, self.limits, "input_ids")
-            field = "input_ids"
+        ids, embeds, field = self._prompt_ids(item)
         ids, mm_items = await self.mm.expand(item, ids, field)
         check_prompt_length(len(ids), self.limits, field)
         action_tokens = self.mm.action_tokens(item, len(ids), self.limits.context_len)
@@ -310,7 +293,7 @@ class TokenizerManager:
             stream=item.stream,
             received_time=received,
             mm_items=mm_items,
-            num_actions=item.num_actions,
+            num_actions=item.num_actions or 0,
             unnorm_key=item.unnorm_key,
             priority=item.priority,
             deadline=deadline,
@@ -319,6 +302,20 @@ class TokenizerManager:
             session_params=item.session_params,
         )
 
+    def _prompt_ids(self, item: GenerateItem) -> tuple[list[int], Tensor | None, str]:
+        """The prompt's token ids (placeholders for embeddings), its embeddings, its field."""
+        assert self.limits is not None
+        if item.input_embeds is not None:
+            if item.images:
+                raise RequestError("image_data cannot be combined with input_embeds", "image_data")
+            ids = [0] * item.input_embeds.shape[0]
+            return ids, Tensor.from_numpy(item.input_embeds), "input_embeds"
+        if item.text is not None:
+            return self.tokenizer(item.text)["input_ids"], None, "text"
+        ids = list(item.input_ids or [])
+        check_token_ids(ids, self.limits, "input_ids")
+        return ids, None, "input_ids"
+
     def _send(self, msgs: list[TokenizedGenerateReqInput], states: list[ReqState]) -> None:
         payload = msgs[0] if len(msgs) == 1 else BatchTokenizedGenerateReqInput(batch=msgs)
         self.send_sock.send(encode(payload), copy=False)
@@ -326,10 +323,10 @@ class TokenizerManager:
             st.dispatched = True
 
     async def _wait_responses(
-        self, states: list[ReqState], request: Any, is_batch: bool
+        self, states: list[ReqState], request: Any
     ) -> AsyncIterator[dict[str, Any] | list[dict[str, Any]]]:
         event = states[0].event
-        stream = states[0].item.stream
+        stream, is_batch = states[0].item.stream, states[0].item.in_batch
         finals: dict[int, dict[str, Any]] = {}
         while len(finals) < len(states):
             await self._wait_event(event, request)

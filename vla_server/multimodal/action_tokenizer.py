@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -210,3 +211,14 @@ def _check_base_vocab(folder: Path, tokenizer_vocab_size: int) -> None:
             f"{len(vocab)} ids: pass tokenizer.vocab_size, not len(tokenizer) (added tokens) "
             "or the model's padded embedding size"
         )
+
+
+def load_action_tokenizer(folder: str | Path, tokenizer: Any) -> ActionTokenizer | None:
+    """The checkpoint's action tokenizer for its HF `tokenizer`: the one way every process
+    loads it, so they all count bins from the same vocabulary."""
+    return ActionTokenizer.from_folder(
+        folder,
+        tokenizer.vocab_size,
+        reserved_token_ids=tokenizer.all_special_ids,
+        total_vocab_size=len(tokenizer),
+    )

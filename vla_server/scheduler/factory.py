@@ -12,7 +12,7 @@ import torch
 from vla_server.config import ModelRunnerConfig, SchedulerConfig
 from vla_server.model.attention.registry import resolve_backend_name
 from vla_server.model.model_runner import ModelRunner
-from vla_server.multimodal.action_tokenizer import ActionTokenizer
+from vla_server.multimodal.action_tokenizer import load_action_tokenizer
 from vla_server.scheduler.batch_runner import BatchRunner
 from vla_server.scheduler.core import SchedulerCore
 from vla_server.scheduler.finish_check import FinishChecker
@@ -40,12 +40,7 @@ def build_model_runner(model: ModelRunnerConfig) -> ModelRunner:
 
 def action_mask(model_path: str, tokenizer: Any, vocab_size: int) -> torch.Tensor | None:
     """Allowed tokens of action requests (the action bins), or None without an action tokenizer."""
-    actions = ActionTokenizer.from_folder(
-        model_path,
-        tokenizer.vocab_size,
-        reserved_token_ids=tokenizer.all_special_ids,
-        total_vocab_size=len(tokenizer),
-    )
+    actions = load_action_tokenizer(model_path, tokenizer)
     return None if actions is None else actions.allowed_mask(vocab_size)
 
 

@@ -7,8 +7,6 @@ See docs/architecture.md.
 
 from __future__ import annotations
 
-import logging
-import os
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -29,15 +27,8 @@ from vla_server.io_struct import (
     rpc_request_decoder,
     scheduler_input_decoder,
 )
-from vla_server.process_utils import (
-    become_child_process,
-    configure_logging,
-    parent_is_gone,
-    zmq_socket,
-)
+from vla_server.process_utils import parent_is_gone, run_child_process, zmq_socket
 from vla_server.scheduler.factory import build_core, ready_info
-
-logger = logging.getLogger(__name__)
 
 # With waiting requests (deadlines to check) the loop looks again soon even without messages.
 WAITING_POLL_MS = 50
@@ -116,20 +107,12 @@ def run_scheduler_process(
     ready_pipe: Connection,
     parent_pid: int,
 ) -> None:
-    become_child_process("vla-scheduler")
-    configure_logging(cfg.log_level)
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-    try:
-        process = SchedulerProcess(cfg, model, port_args)
-    except Exception as e:
-        logger.exception("scheduler failed to start")
-        ready_pipe.send({"status": "error", "message": f"{type(e).__name__}: {e}"})
-        sys.exit(1)
-    ready_pipe.send(process.info)
-    ready_pipe.close()
-    try:
-        process.event_loop(parent_pid)
-    except Exception:
-        logger.exception("scheduler crashed")
-        sys.exit(1)
-    os._exit(0)
+    run_child_process(
+        "vla-scheduler",
+        cfg.log_level,
+        ready_pipe,
+        build=lambda: SchedulerProcess(cfg, model, port_args),
+        ready_info=lambda process: process.info,
+        serve=lambda process: process.event_loop(parent_pid),
+    )

@@ -1,25 +1,21 @@
-"""One camera message as the bridge sees it, and its conversion to and from ROS 2 messages."""
+"""One camera message as the bridge sees it (ROS-free).
+
+The live node flattens the Image / CompressedImage messages it receives into `CameraFrame`s
+(`frame_from_msg` is duck-typed over rclpy's, the shim's and rosbags' message objects); the bag
+tools read and write them (ros_bridge.bags). Nothing here needs ROS or rosbags.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 import numpy as np
-from rosbags.typesys import Stores, get_typestore
-from rosbags.typesys.store import Typestore
 
 IMAGE_MSGTYPE = "sensor_msgs/msg/Image"
 COMPRESSED_MSGTYPE = "sensor_msgs/msg/CompressedImage"
 CAMERA_MSGTYPES = (IMAGE_MSGTYPE, COMPRESSED_MSGTYPE)
 NS_PER_S = 1_000_000_000
-
-
-@cache
-def jazzy_typestore() -> Typestore:
-    """The ROS 2 Jazzy message definitions (building them costs ~0.2 s, so once per process)."""
-    return get_typestore(Stores.ROS2_JAZZY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,28 +73,6 @@ def frame_from_msg(topic: str, msg: Any, recv_ns: int) -> CameraFrame:
         compressed=False,
         is_bigendian=msg.is_bigendian,
         **common,
-    )
-
-
-def frame_to_msg(frame: CameraFrame, typestore: Typestore | None = None) -> Any:
-    """The rosbags message object for `frame` (the inverse of `frame_from_msg`)."""
-    types = (typestore or jazzy_typestore()).types
-    sec, nanosec = frame.stamp
-    header = types["std_msgs/msg/Header"](
-        stamp=types["builtin_interfaces/msg/Time"](sec=sec, nanosec=nanosec),
-        frame_id=frame.frame_id,
-    )
-    data = np.frombuffer(frame.data, dtype=np.uint8)
-    if frame.compressed:
-        return types[COMPRESSED_MSGTYPE](header=header, format=frame.encoding, data=data)
-    return types[IMAGE_MSGTYPE](
-        header=header,
-        height=frame.height,
-        width=frame.width,
-        encoding=frame.encoding,
-        is_bigendian=frame.is_bigendian,
-        step=frame.step,
-        data=data,
     )
 
 

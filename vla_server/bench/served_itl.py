@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from vla_kernels.itl_checkpoint import ItlCheckpoint
+from vla_server.bench.itl_checkpoint import ItlCheckpoint
 from vla_server.bench.stream_client import StreamTiming, concurrent_streams
 from vla_server.server_subprocess import running_server
 

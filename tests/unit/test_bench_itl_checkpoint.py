@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from safetensors import safe_open
 
-from vla_kernels.itl_checkpoint import SHAPES, build_checkpoint
+from vla_server.bench.itl_checkpoint import SHAPES, build_checkpoint
 
 TINY = SHAPES["tiny"]
 

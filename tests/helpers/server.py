@@ -1,0 +1,79 @@
+"""A live node for tests, and what tests read off it (request state, KV, metrics)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vla_server.server_subprocess import ServerProcess, free_port, run_server
+
+__all__ = [
+    "ServerProcess",
+    "free_port",
+    "idle_state",
+    "metric_by_label",
+    "metric_value",
+    "module_server",
+    "run_server",
+    "running_reqs",
+    "wait_idle",
+]
+
+
+def module_server(model: Callable[[], str | Path] | None = None, *flags: str, **kwargs: Any) -> Any:
+    """A module-scoped fixture: one live node for every test of the module that asks for it,
+    on `model()` (None: the embedded demo VLA) started with `flags`."""
+
+    @pytest.fixture(scope="module")
+    def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+        path = model() if model is not None else None
+        with run_server(path, tmp_path_factory.mktemp("server"), *flags, **kwargs) as s:
+            yield s
+
+    return server
+
+
+def idle_state(client: Any) -> dict[str, int]:
+    info = client.get("/get_server_info").json()
+    return {"pending": info["num_pending_requests"], "kv_used": info["kv_pool"]["used"]}
+
+
+def running_reqs(client: Any) -> int:
+    """Requests the scheduler is running now (a sync httpx client of the node)."""
+    return client.get("/get_server_info").json()["internal_states"][0]["num_running_reqs"]
+
+
+def wait_idle(client: Any, timeout_s: float = 30.0) -> dict[str, Any]:
+    """/get_server_info once no request is pending in the front end or running in the scheduler
+    (or the timeout passed: the caller asserts on what it returns)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        info = client.get("/get_server_info").json()
+        busy = info["num_pending_requests"] or info["internal_states"][0]["num_running_reqs"]
+        if not busy or time.monotonic() > deadline:
+            return info
+        time.sleep(0.1)
+
+
+def metric_value(server: ServerProcess, name: str) -> float:
+    """A metric's value, summed over its label sets (e.g. priority)."""
+    text = server.client().get("/metrics").text
+    lines = [x for x in text.splitlines() if x.startswith((name + " ", name + "{"))]
+    assert lines, f"no metric {name}"
+    return sum(float(x.split()[-1]) for x in lines)
+
+
+def metric_by_label(server: ServerProcess, name: str, label: str) -> dict[str, float]:
+    """A labelled metric's value per value of `label`."""
+    text = server.client().get("/metrics").text
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            labels, value = line[len(name) + 1 :].rsplit("} ", 1)
+            pairs = dict(p.split("=", 1) for p in labels.split(","))
+            out[pairs[label].strip('"')] = float(value)
+    return out
