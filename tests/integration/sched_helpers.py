@@ -88,24 +88,3 @@ async def wait_pending(c: httpx.AsyncClient, n: int) -> None:
     while (await c.get("/get_server_info")).json()["num_pending_requests"] != n:
         assert time.monotonic() < end, f"timed out waiting for {n} pending requests"
         await asyncio.sleep(0.005)
-
-
-async def saturate(c: httpx.AsyncClient, bodies: list[dict[str, Any]]) -> list[asyncio.Task]:
-    """Start one request per body, released together by a pause so that all of them are
-    admitted at once, and return paused (in place) with all of them running: the caller sends
-    what it tests, then continues. Nothing else may be pending on the node."""
-    await pause(c, "in_place")
-    tasks = [asyncio.create_task(c.post("/generate", json=b)) for b in bodies]
-    await wait_pending(c, len(bodies))
-    await resume(c)
-    # Running, not merely "none waiting": right after the resume they may not have reached the
-    # scheduler yet, and a pause then would hold them back in the main process again.
-    await wait_until(
-        c,
-        lambda s: s["num_running_reqs"] == len(bodies) and s["num_waiting_reqs"] == 0,
-        "the requests admitted",
-    )
-    await pause(c, "in_place")
-    state = await internal(c)
-    assert state["num_running_reqs"] == len(bodies), f"a request ended too soon: {state}"
-    return tasks

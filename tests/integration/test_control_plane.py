@@ -1,4 +1,5 @@
-"""Pause/continue, flush and weight updates over the rpc channel, on a live node."""
+"""Pause/continue and weight updates over the rpc channel, on a live node. (A flush refused
+while requests run is a unit test on the scheduling core: tests/unit/test_sched_control.py.)"""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import threading
 import time
 from collections.abc import AsyncIterator
 
+from tests.helpers.server import run_server
 from tests.hf_reference import causal_lm, greedy_ids
-from tests.server_process import run_server
 from tests.tiny_checkpoints import make_llama
 
 GREEDY = {"temperature": 0, "max_new_tokens": 16, "ignore_eos": True}
@@ -139,28 +140,3 @@ def test_pause_abort_mode_and_continue(server):
         assert results["queued"]["meta_info"]["finish_reason"]["type"] == "length"
         bad = c.post("/pause_generation", json={"mode": "sideways"})
         assert bad.status_code == 400 and bad.json()["error"]["field"] == "mode"
-
-
-def test_flush_cache_is_refused_while_requests_run(server):
-    with server.client() as c:
-        done = threading.Event()
-
-        def stream() -> None:
-            with server.client() as c2:
-                c2.post(
-                    "/generate",
-                    json={
-                        "text": "pick",
-                        "stream": True,
-                        "sampling_params": {"max_new_tokens": 300, "ignore_eos": True},
-                    },
-                )
-            done.set()
-
-        threading.Thread(target=stream).start()
-        _wait_pending(c, 1)
-        r = c.post("/flush_cache")
-        assert r.status_code == 400 and "running" in r.json()["message"]
-        c.post("/abort_request", json={"abort_all": True})
-        assert done.wait(30)
-        assert c.post("/flush_cache").json()["success"]

@@ -1,6 +1,7 @@
 """Scheduler behaviours through a live node, against transformers: a request ends on the
-checkpoint's EOS, one that can never fit the KV pool is refused with a 4xx naming the limit, a
-request waiting in the queue can be aborted, and prompt logprobs start at logprob_start_len.
+checkpoint's EOS, one that can never fit the KV pool is refused with a 4xx naming the limit, and
+prompt logprobs start at logprob_start_len. (Aborting waiting and running requests is a unit
+test on the scheduling core: tests/unit/test_sched_core.py.)
 
 The node serves a copy of the tiny Llama whose EOS is a token that greedy decoding of PROMPT
 produces (found with transformers first), with a 300-token KV pool and one running request.
@@ -8,28 +9,17 @@ produces (found with transformers first), with a 300-token KV pool and one runni
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import torch
 
+from tests.helpers.server import idle_state, run_server
 from tests.hf_reference import causal_lm, greedy_ids
-from tests.integration.conftest import idle_state
-from tests.integration.sched_helpers import (
-    finish_type,
-    json_of,
-    meta,
-    pause,
-    resume,
-    wait_idle,
-    wait_until,
-)
-from tests.server_process import run_server
+from tests.integration.sched_helpers import meta
 from tests.tiny_checkpoints import SPECIAL_TOKENS
 
 PROMPT = [85, 289, 430, 391, 422, 408]
@@ -124,43 +114,6 @@ def test_a_request_that_can_never_fit_the_kv_pool_is_a_4xx_naming_the_limit(node
         assert r.status_code == 200, r.text
         last = _sse(r.text)[-1] if stream else r.json()
         assert last["meta_info"]["finish_reason"] == {"type": "length", "length": too_many - 1}
-
-
-LONG_TOKENS = KV_POOL - len(PROMPT) - 20  # most of the pool: it runs a while
-
-
-async def _abort_waiting(c: httpx.AsyncClient) -> tuple[dict, dict, dict]:
-    long_body = _greedy(LONG_TOKENS, ignore_eos=True, rid="running-a")
-    running = asyncio.create_task(c.post("/generate", json=long_body))
-    await wait_until(c, lambda s: s["num_running_reqs"] == 1, "the first request running")
-    waiting = asyncio.create_task(c.post("/generate", json=_greedy(8, rid="waiting-b")))
-    await wait_until(
-        c,
-        lambda s: s["num_running_reqs"] == 1 and s["num_waiting_reqs"] == 1,
-        "the second request waiting behind the first",
-    )
-    # Paused in place, the first request cannot end (and let the second in) before the abort.
-    await pause(c, "in_place")
-    try:
-        r = await c.post("/abort_request", json={"rid": "waiting-b"})
-        aborted = await json_of(waiting)
-    finally:
-        await resume(c)
-    return r.json(), aborted, await json_of(running)
-
-
-def test_aborting_a_waiting_request(node):
-    async def run() -> tuple[dict, dict, dict, dict]:
-        async with node.async_client() as c:
-            found, aborted, finished = await _abort_waiting(c)
-            return found, aborted, finished, await wait_idle(c)
-
-    found, aborted, finished, idle = asyncio.run(run())
-    assert found == {"success": True, "found": True}
-    assert finish_type(aborted) == "abort" and aborted["output_ids"] == []
-    assert meta(aborted)["completion_tokens"] == 0
-    assert meta(finished)["finish_reason"] == {"type": "length", "length": LONG_TOKENS}
-    assert idle["kv_pool"]["used"] == 0
 
 
 def _hf_prompt_logprobs(model: Any, ids: list[int]) -> torch.Tensor:

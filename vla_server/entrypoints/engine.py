@@ -23,7 +23,7 @@ from vla_server.detokenizer.detokenizer_manager import run_detokenizer_process
 from vla_server.frontend.generate_request import GenerateItem, from_kwargs, normalize
 from vla_server.frontend.tokenizer_manager import TokenizerManager
 from vla_server.frontend.watchdog import SubprocessWatchdog
-from vla_server.scheduler.scheduler import run_scheduler_process
+from vla_server.scheduler.process import run_scheduler_process
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def launch_node(server_args: ServerArgs) -> Node:
     parent = os.getpid()
     sched = ctx.Process(
         target=run_scheduler_process,
-        args=(args, port_args, sched_writer, parent),
+        args=(configs.scheduler, configs.model, port_args, sched_writer, parent),
         name="scheduler",
     )
     detok = ctx.Process(

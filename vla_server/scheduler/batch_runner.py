@@ -1,4 +1,5 @@
-"""One forward + sample of a scheduled batch; runs in the model worker thread.
+"""One forward + sample of a scheduled batch on the ModelRunner (the scheduler core's Runner);
+runs in the model worker thread.
 
 It reads only the batch and read-only request fields (prompt, images, sampling parameters,
 generator, vocabulary mask) and returns a BatchResult; the scheduler applies the result. The one
@@ -29,6 +30,9 @@ class BatchRunner:
 
     def generator_for(self, seed: int | None) -> torch.Generator | None:
         return None if seed is None else make_generator(seed, self.device)
+
+    def update_weights_from_disk(self, model_path: str) -> None:
+        self.runner.update_weights_from_disk(model_path)
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> BatchResult:

@@ -1,9 +1,10 @@
-"""Control-plane requests handled by the scheduler (the rpc DEALER channel)."""
+"""Control-plane requests handled by the scheduler (the rpc DEALER channel): pause modes,
+continue, cache flush, weight updates, sessions, internal state. Each answers an RpcReply."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from vla_server.io_struct import (
     CloseSessionReq,
@@ -15,15 +16,30 @@ from vla_server.io_struct import (
     RpcReply,
     UpdateWeightsFromDiskReq,
 )
-from vla_server.scheduler.sessions import SessionError
-
-if TYPE_CHECKING:
-    from vla_server.scheduler.scheduler import Scheduler
+from vla_server.scheduler.image_embedder import ImageEmbedder
+from vla_server.scheduler.kv_cache_manager import KVCacheManager
+from vla_server.scheduler.sessions import SessionController, SessionError
+from vla_server.scheduler.state import SchedState
 
 
 class SchedulerControl:
-    def __init__(self, scheduler: Scheduler):
-        self.s = scheduler
+    def __init__(
+        self,
+        state: SchedState,
+        kv: KVCacheManager,
+        sessions: SessionController,
+        update_weights: Callable[[str], None],
+        embedder: ImageEmbedder | None,
+        drain: Callable[[], None],
+        abort_all: Callable[[], None],
+    ):
+        self.state = state
+        self.kv = kv
+        self.sessions = sessions
+        self.update_weights = update_weights
+        self.embedder = embedder
+        self.drain = drain
+        self.abort_all = abort_all
         self.weight_version = 0
         self.handlers: dict[type, Callable[[Any], RpcReply]] = {
             PauseGenerationReq: self.pause,
@@ -43,22 +59,25 @@ class SchedulerControl:
 
     def pause(self, msg: PauseGenerationReq) -> RpcReply:
         """`in_place` keeps everything resident; `retract` hands running requests' KV to the
-        cache and re-queues them, so the cache can be flushed while paused."""
-        s = self.s
-        s.drain()
+        cache and re-queues them, so the cache can be flushed while paused; `abort` ends every
+        request (the main process does that itself before it pauses)."""
+        s = self.state
+        self.drain()
         s.paused = True
         if msg.mode == "retract":
             for req in [r for r in s.running if not r.finished]:
-                s.retract(req)
+                s.retract(req, self.kv)
+        elif msg.mode == "abort":
+            self.abort_all()
         return RpcReply(call_id=msg.call_id, success=True, message=f"paused ({msg.mode})")
 
     def resume(self, msg: ContinueGenerationReq) -> RpcReply:
-        self.s.paused = False
+        self.state.paused = False
         return RpcReply(call_id=msg.call_id, success=True)
 
     def _flush_refusal(self) -> str | None:
-        s = self.s
-        s.drain()
+        s = self.state
+        self.drain()
         if s.running:
             return f"{len(s.running)} requests are running; abort them or pause with mode retract"
         if s.waiting and not s.paused:
@@ -66,10 +85,10 @@ class SchedulerControl:
         return None
 
     def _flush(self) -> None:
-        self.s.kv.flush()
-        self.s.sessions.drop_pins()
-        if self.s.embedder is not None:
-            self.s.embedder.clear()
+        self.kv.flush()
+        self.sessions.drop_pins()
+        if self.embedder is not None:
+            self.embedder.clear()
 
     def flush_cache(self, msg: FlushCacheReq) -> RpcReply:
         refusal = self._flush_refusal()
@@ -88,7 +107,7 @@ class SchedulerControl:
                 success=False,
                 message="cannot update weights: the cache must be flushed and " + refusal,
             )
-        self.s.runner.update_weights_from_disk(msg.model_path)
+        self.update_weights(msg.model_path)
         self._flush()
         self.weight_version += 1
         return RpcReply(
@@ -100,20 +119,20 @@ class SchedulerControl:
 
     def open_session(self, msg: OpenSessionReq) -> RpcReply:
         try:
-            self.s.sessions.open(msg.session_id, msg.capacity_of_str_len, msg.timeout)
+            self.sessions.open(msg.session_id, msg.capacity_of_str_len, msg.timeout)
         except SessionError as e:
             return RpcReply(call_id=msg.call_id, success=False, message=str(e))
         return RpcReply(call_id=msg.call_id, success=True, data={"session_id": msg.session_id})
 
     def close_session(self, msg: CloseSessionReq) -> RpcReply:
         try:
-            self.s.sessions.close(msg.session_id)
+            self.sessions.close(msg.session_id)
         except SessionError as e:
             return RpcReply(call_id=msg.call_id, success=False, message=str(e))
         return RpcReply(call_id=msg.call_id, success=True)
 
     def internal_state(self, msg: GetInternalStateReq) -> RpcReply:
-        s, kv = self.s, self.s.kv
+        s, kv = self.state, self.kv
         tree = kv.tree
         return RpcReply(
             call_id=msg.call_id,
@@ -135,9 +154,9 @@ class SchedulerControl:
                 "num_running_reqs": len(s.running),
                 "num_waiting_reqs": len(s.waiting),
                 "num_retractions": s.num_retractions,
-                "open_sessions": len(s.sessions.sessions),
+                "open_sessions": len(self.sessions.sessions),
                 "paused": s.paused,
                 "weight_version": self.weight_version,
-                "mm_embedding_cache": None if s.embedder is None else s.embedder.state(),
+                "mm_embedding_cache": None if self.embedder is None else self.embedder.state(),
             },
         )

@@ -1,9 +1,14 @@
-"""Which requests send output after a step, and the BatchTokenIDOutput that carries it."""
+"""Which requests send output after a step, the BatchTokenIDOutput that carries it, and the
+stream that hands it to the output sink."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from vla_server.io_struct import BatchTokenIDOutput, ReqOutputMeta, SchedulerStats
+from vla_server.scheduler.interfaces import OutputSink
 from vla_server.scheduler.req import DETOKENIZE_CONTEXT_IDS, Req
+from vla_server.scheduler.sessions import SessionController
 
 # A non-streaming request still ships its ids every so often, so the detokenizer's work stays
 # incremental instead of one large decode at the finish.
@@ -69,3 +74,31 @@ def build_output(reqs: list[Req], stats: SchedulerStats) -> BatchTokenIDOutput:
         req.first_chunk_sent = True
         req.final_sent = req.finished
     return out
+
+
+class OutputStream:
+    """Every output of the scheduler leaves through here, with the node's stats of the moment."""
+
+    def __init__(
+        self,
+        sink: OutputSink,
+        stats: Callable[[], SchedulerStats],
+        sessions: SessionController,
+        stream_interval: int,
+    ):
+        self.sink = sink
+        self.stats = stats
+        self.sessions = sessions
+        self.stream_interval = stream_interval
+
+    def send(self, reqs: list[Req]) -> None:
+        if not reqs:
+            return
+        for r in reqs:
+            # Ended without KV (never ran, or retracted): the session forgets or keeps the turn.
+            if r.finished and r.req_pool_idx is None and r.session_id is not None:
+                self.sessions.end_unrun(r)
+        self.sink(build_output(reqs, self.stats()))
+
+    def send_ready(self, reqs: list[Req]) -> None:
+        self.send([r for r in reqs if should_send(r, self.stream_interval)])

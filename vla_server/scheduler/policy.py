@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from vla_server.config import SchedulerConfig
 from vla_server.scheduler.req import Req
 
 
@@ -18,6 +19,19 @@ class PolicyConfig:
     low_values_first: bool = False
     preemption_threshold: int = 10
     preemption_enabled: bool = True
+
+    @classmethod
+    def from_config(cls, cfg: SchedulerConfig) -> PolicyConfig:
+        chunk = cfg.chunked_prefill_size
+        return cls(
+            max_running_requests=cfg.max_running_requests,
+            chunked_prefill_size=chunk if chunk > 0 else None,
+            reserve_ratio=cfg.decode_reserve_ratio,
+            priority_enabled=cfg.enable_priority_scheduling,
+            low_values_first=cfg.schedule_low_priority_values_first,
+            preemption_threshold=cfg.priority_scheduling_preemption_threshold,
+            preemption_enabled=not cfg.disable_priority_preemption,
+        )
 
     def rank(self, req: Req) -> int:
         """Smaller runs first."""

@@ -6,22 +6,37 @@ is released only once no batch in flight uses it."""
 from __future__ import annotations
 
 from concurrent.futures import Future
-from typing import TYPE_CHECKING
 
+from vla_server.scheduler.deadline import StepTimer
+from vla_server.scheduler.finish_check import FinishChecker
+from vla_server.scheduler.kv_cache_manager import KVCacheManager
+from vla_server.scheduler.output_streamer import OutputStream
 from vla_server.scheduler.req import Req
 from vla_server.scheduler.schedule_batch import BatchResult, ReqLogprobs, ScheduledBatch
-
-if TYPE_CHECKING:
-    from vla_server.scheduler.scheduler import Scheduler
+from vla_server.scheduler.sessions import SessionController
+from vla_server.scheduler.state import SchedState
 
 
 class ResultProcessor:
-    def __init__(self, scheduler: Scheduler):
-        self.s = scheduler
+    def __init__(
+        self,
+        state: SchedState,
+        kv: KVCacheManager,
+        sessions: SessionController,
+        finish_checker: FinishChecker,
+        timer: StepTimer,
+        outputs: OutputStream,
+    ):
+        self.state = state
+        self.kv = kv
+        self.sessions = sessions
+        self.finish_checker = finish_checker
+        self.timer = timer
+        self.outputs = outputs
 
     def process(self, batch: ScheduledBatch, future: Future[BatchResult]) -> None:
         result = future.result()
-        self.s.timer.observe(batch.num_tokens, batch.is_decode, result.forward_s)
+        self.timer.observe(batch.num_tokens, batch.is_decode, result.forward_s)
         for i, req in enumerate(batch.reqs):
             req.inflight -= 1
             if batch.sample[i]:
@@ -32,22 +47,22 @@ class ResultProcessor:
             if batch.sample[i]:
                 if req.max_new_tokens > 0:
                     req.output_ids.append(result.next_ids[i])
-                self.s.finish_checker.check(req)
+                self.finish_checker.check(req)
         self.finish([r for r in batch.reqs if r.finished])
-        self.s.send_ready_outputs(batch.reqs)
+        self.outputs.send_ready(batch.reqs)
 
     def finish(self, reqs: list[Req]) -> None:
         """Release the KV of finished requests no batch in flight still uses; stream their ends."""
-        s = self.s
+        s = self.state
         done = [r for r in reqs if r.inflight == 0 and r in s.running]
         for r in done:
             key = r.fill_ids[: r.kv_len]
-            s.kv.release(r)
-            s.sessions.on_finish(r, key)
+            self.kv.release(r)
+            self.sessions.on_finish(r, key)
         if done:
             gone = set(done)
             s.running = [r for r in s.running if r not in gone]
-        s.stream_output([r for r in reqs if not r.final_sent])
+        self.outputs.send([r for r in reqs if not r.final_sent])
 
     def _logprobs(self, req: Req, batch: ScheduledBatch, i: int, lp: ReqLogprobs | None) -> None:
         if not req.return_logprob:

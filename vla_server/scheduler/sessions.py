@@ -10,7 +10,7 @@ evicted while the session lives; the pins of all sessions are bounded by
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from vla_server.io_struct import MMItem, SessionParams
@@ -37,7 +37,7 @@ class Session:
     id: str
     capacity_of_str_len: int
     timeout: float | None
-    last_active: float = field(default_factory=time.monotonic)
+    last_active: float
     turns: dict[str, Turn] = field(default_factory=dict)  # insertion order = turn order
     pin: PinHandle | None = None
 
@@ -51,16 +51,23 @@ class NewTurn:
 
 
 class SessionController:
-    def __init__(self, tree: RadixCache, max_held_tokens: int, bos_token_id: int | None):
+    def __init__(
+        self,
+        tree: RadixCache,
+        max_held_tokens: int,
+        bos_token_id: int | None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.tree = tree
         self.max_held_tokens = max_held_tokens
         self.bos_token_id = bos_token_id
+        self.clock = clock  # monotonic seconds: idle timeouts
         self.sessions: dict[str, Session] = {}
 
     def open(self, session_id: str, capacity: int, timeout: float | None) -> None:
         if session_id in self.sessions:
             raise SessionError(f"session {session_id!r} is already open")
-        self.sessions[session_id] = Session(session_id, capacity, timeout)
+        self.sessions[session_id] = Session(session_id, capacity, timeout, self.clock())
 
     def close(self, session_id: str) -> None:
         session = self.sessions.pop(session_id, None)
@@ -101,15 +108,14 @@ class SessionController:
         keep = self._turns_up_to(session, params.rid) if params.replace else None
         return NewTurn(session, req.rid, Turn(req.origin_input_ids, req.mm_items), keep)
 
-    @staticmethod
-    def add_turn(new: NewTurn) -> None:
+    def add_turn(self, new: NewTurn) -> None:
         """Record a rebuilt turn once the scheduler accepted its request (a rejected one must
         leave the session as it was)."""
         session = new.session
         if new.keep is not None:  # `replace`: the turns after the parent go
             session.turns = {k: t for k, t in session.turns.items() if k in new.keep}
         session.turns[new.rid] = new.turn
-        session.last_active = time.monotonic()
+        session.last_active = self.clock()
 
     def _parent(
         self, session: Session, params: SessionParams, superseded: Collection[str]
@@ -174,7 +180,7 @@ class SessionController:
         if turn is not None:
             turn.output_ids = list(req.output_ids)
             turn.finished = True
-        session.last_active = time.monotonic()
+        session.last_active = self.clock()
         if not req.cacheable or self.tree.disable:
             return
         node = self.tree.match_prefix(key).last_node
@@ -202,8 +208,9 @@ class SessionController:
             gained += self.tree.evictable_size() - before
         return gained
 
-    def reap(self, now: float | None = None) -> list[str]:
-        now = time.monotonic() if now is None else now
+    def reap(self) -> list[str]:
+        """Close the sessions idle past their timeout; returns their ids."""
+        now = self.clock()
         idle = [
             s.id
             for s in self.sessions.values()
@@ -212,9 +219,6 @@ class SessionController:
         for sid in idle:
             self.close(sid)
         return idle
-
-    def pinned_tokens(self) -> int:
-        return self.tree.pinned_size()
 
     def drop_pins(self) -> None:
         """After a cache flush every pin is gone."""

@@ -8,16 +8,21 @@ costs a running action stream a little per step instead of stalling it.
 
 from __future__ import annotations
 
-import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from vla_server.scheduler.batch_runner import prompt_span
-from vla_server.scheduler.policy import PrefillAdder, choose_victims, retraction_order
+from vla_server.scheduler.interfaces import Clock
+from vla_server.scheduler.kv_cache_manager import KVCacheManager
+from vla_server.scheduler.policy import (
+    PolicyConfig,
+    PrefillAdder,
+    choose_victims,
+    retraction_order,
+)
 from vla_server.scheduler.req import Req
 from vla_server.scheduler.schedule_batch import PENDING, ScheduledBatch
-
-if TYPE_CHECKING:
-    from vla_server.scheduler.scheduler import Scheduler
+from vla_server.scheduler.sessions import SessionController
+from vla_server.scheduler.state import SchedState
 
 # After a retraction under KV pressure the reserve ratio rises by this, then decays per step.
 RESERVE_STEP = 0.2
@@ -25,14 +30,27 @@ RESERVE_DECAY = 0.002
 
 
 class StepBuilder:
-    def __init__(self, scheduler: Scheduler):
-        self.s = scheduler
+    def __init__(
+        self,
+        policy: PolicyConfig,
+        state: SchedState,
+        kv: KVCacheManager,
+        sessions: SessionController,
+        drain: Callable[[], None],
+        clock: Clock,
+    ):
+        self.policy = policy
+        self.state = state
+        self.kv = kv
+        self.sessions = sessions
+        self.drain = drain  # applies the batch in flight (its requests may then be changed)
+        self.clock = clock
 
     def build(self) -> ScheduledBatch | None:
-        s = self.s
+        s, kv = self.state, self.kv
         plan: list[tuple[Req, int]] = []
         adder = PrefillAdder(
-            s.policy, s.reserve_ratio, s.kv.available_tokens(), s.kv.free_rows(), s.running
+            self.policy, s.reserve_ratio, kv.available_tokens(), kv.free_rows(), s.running
         )
         for req in s.running:
             need = req.num_new_tokens
@@ -47,67 +65,67 @@ class StepBuilder:
         return self._allocate(plan)
 
     def _admit(self, adder: PrefillAdder) -> list[tuple[Req, int]]:
-        s = self.s
+        s, kv = self.state, self.kv
         admitted: list[tuple[Req, int]] = []
-        for req in sorted(s.waiting, key=s.policy.queue_key):
+        for req in sorted(s.waiting, key=self.policy.queue_key):
             if adder.chunk_budget <= 0:
                 break
-            prefix, node = s.kv.match(req)
+            prefix, node = kv.match(req)
             slots, tokens = adder.shortfall(req, int(prefix.numel()))
             if tokens:
                 # Session pins are bounded by --max-session-held-tokens, but they must not keep
                 # out a request that would fit without them: the oldest sessions lose theirs.
-                adder.token_budget += s.sessions.unpin_oldest_for(tokens)
+                adder.token_budget += self.sessions.unpin_oldest_for(tokens)
                 slots, tokens = adder.shortfall(req, int(prefix.numel()))
             if slots or tokens:
-                victims = choose_victims(s.policy, req, s.running, slots, tokens)
+                victims = choose_victims(self.policy, req, s.running, slots, tokens)
                 if victims is None:
                     break  # strict queue order: nothing behind it jumps the queue
-                s.drain()
+                self.drain()
                 for v in victims:
-                    s.retract(v)
+                    s.retract(v, kv)
                     adder.give_back(v)
-                prefix, node = s.kv.match(req)
+                prefix, node = kv.match(req)
             s.waiting.remove(req)
-            s.kv.admit(req, prefix, node)
+            kv.admit(req, prefix, node)
             adder.admit(req, req.kv_len)
             s.running.append(req)
             admitted.append((req, adder.take_chunk(req.num_new_tokens)))
         return admitted
 
     def _allocate(self, plan: list[tuple[Req, int]]) -> ScheduledBatch | None:
-        s = self.s
+        s, kv = self.state, self.kv
         # A drain may have finished some, a preemption may have retracted some.
         plan = [(r, n) for r, n in plan if r in s.running and not r.finished]
         if not plan:
             return None
         n_tokens = sum(n for _, n in plan)
-        slots = s.kv.alloc(n_tokens)
+        slots = kv.alloc(n_tokens)
         while slots is None:
             if s.inflight is not None:
                 # The batch in flight may finish requests and free their KV: wait for it first.
-                s.drain()
-            elif not s.sessions.unpin_oldest_for(n_tokens - s.kv.available_tokens()):
+                self.drain()
+            elif not self.sessions.unpin_oldest_for(n_tokens - kv.available_tokens()):
                 # KV pressure (reservations below 100 %) with no session pin left to give up (a
                 # session's context is cheaper to recompute later than a running request):
                 # retract the least important request, and reserve more for a while so it is
                 # not re-admitted into the same squeeze.
-                candidates = [r for r in retraction_order(s.policy, s.running) if not r.finished]
+                candidates = [r for r in retraction_order(self.policy, s.running) if not r.finished]
                 if len(candidates) <= 1:
                     raise RuntimeError(f"KV pool exhausted: {n_tokens} slots needed")
-                s.retract(candidates[0])
+                s.retract(candidates[0], kv)
                 s.reserve_ratio = min(1.0, s.reserve_ratio + RESERVE_STEP)
             plan = [(r, n) for r, n in plan if r in s.running and not r.finished]
             if not plan:
                 return None
             n_tokens = sum(n for _, n in plan)
-            slots = s.kv.alloc(n_tokens)
-        s.reserve_ratio = max(s.policy.reserve_ratio, s.reserve_ratio - RESERVE_DECAY)
+            slots = kv.alloc(n_tokens)
+        s.reserve_ratio = max(self.policy.reserve_ratio, s.reserve_ratio - RESERVE_DECAY)
         return self._make_batch(plan, slots)
 
     def _make_batch(self, plan: list[tuple[Req, int]], slots: object) -> ScheduledBatch:
-        s = self.s
-        now = time.monotonic()
+        s = self.state
+        now = self.clock.monotonic()
         batch = ScheduledBatch(
             reqs=[],
             tokens=[],

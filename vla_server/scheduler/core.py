@@ -1,0 +1,187 @@
+"""The scheduling core: a plain object that owns the queues and applies the rules, built from
+explicit parts (a KV manager, a runner, an output sink, a clock). No sockets, no threads of its
+own: the process shell feeds it messages and calls `step()`; a unit test does the same with a
+fake runner. See docs/architecture.md.
+
+One step: end what must end (aborts, deadlines; idle sessions at most once a second) -> build
+the next batch (decode steps of running requests plus prefill chunks of admitted ones) -> launch
+it -> apply the previous batch's result while this one runs (overlap; without overlap, apply
+this one's at once) -> stream outputs to the sink.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Executor, Future
+
+import torch
+
+from vla_server.config import SchedulerConfig
+from vla_server.io_struct import AbortReq, RpcReply, SchedulerStats, TokenizedGenerateReqInput
+from vla_server.scheduler.control import SchedulerControl
+from vla_server.scheduler.deadline import StepTimer
+from vla_server.scheduler.finish_check import FinishChecker
+from vla_server.scheduler.image_embedder import ImageEmbedder
+from vla_server.scheduler.intake import Intake
+from vla_server.scheduler.interfaces import Clock, OutputSink, Runner, SystemClock
+from vla_server.scheduler.kv_cache_manager import KVCacheManager
+from vla_server.scheduler.output_streamer import OutputStream
+from vla_server.scheduler.policy import PolicyConfig
+from vla_server.scheduler.result_processor import ResultProcessor
+from vla_server.scheduler.schedule_batch import BatchResult, ScheduledBatch
+from vla_server.scheduler.sessions import SessionController
+from vla_server.scheduler.state import SchedState
+from vla_server.scheduler.step_builder import StepBuilder
+
+SESSION_REAP_INTERVAL_S = 1.0
+
+
+class SchedulerCore:
+    def __init__(
+        self,
+        cfg: SchedulerConfig,
+        kv: KVCacheManager,
+        runner: Runner,
+        sink: OutputSink,
+        *,
+        sessions: SessionController,
+        finish_checker: FinishChecker,
+        context_len: int,
+        action_mask: torch.Tensor | None = None,
+        embedder: ImageEmbedder | None = None,
+        clock: Clock | None = None,
+        worker: Executor | None = None,
+    ):
+        """`worker` runs each batch (the model worker thread); without one a batch runs inline
+        when launched, and with overlap its result is still applied one step later."""
+        self.policy = PolicyConfig.from_config(cfg)
+        self.kv = kv
+        self.runner = runner
+        self.sessions = sessions
+        self.embedder = embedder
+        self.clock = clock or SystemClock()
+        self.worker = worker
+        self.overlap = not cfg.disable_overlap_schedule
+        self.state = SchedState(reserve_ratio=self.policy.reserve_ratio)
+        self.timer = StepTimer()
+        self.outputs = OutputStream(sink, self.stats, sessions, cfg.stream_interval)
+        self.intake = Intake(
+            cfg,
+            self.policy,
+            self.state,
+            sessions,
+            self.outputs,
+            runner.generator_for,
+            self.clock,
+            kv_tokens=kv.total_tokens,
+            context_len=context_len,
+            action_mask=action_mask,
+        )
+        self.builder = StepBuilder(self.policy, self.state, kv, sessions, self.drain, self.clock)
+        self.results = ResultProcessor(
+            self.state, kv, sessions, finish_checker, self.timer, self.outputs
+        )
+        self.control = SchedulerControl(
+            self.state,
+            kv,
+            sessions,
+            runner.update_weights_from_disk,
+            embedder,
+            self.drain,
+            self._abort_all,
+        )
+        self._sessions_reaped_at = self.clock.monotonic()
+
+    # ---- messages ----------------------------------------------------------------------------
+
+    def handle_generate(self, msg: TokenizedGenerateReqInput) -> None:
+        self.intake.generate(msg)
+
+    def handle_abort(self, msg: AbortReq) -> None:
+        self.intake.abort(msg)
+
+    def handle_control(self, msg: object) -> RpcReply:
+        return self.control.handle(msg)
+
+    def _abort_all(self) -> None:
+        self.intake.abort(AbortReq(abort_all=True))
+
+    # ---- steps -------------------------------------------------------------------------------
+
+    def step(self) -> bool:
+        """One iteration; False when there is nothing to do until a message arrives."""
+        self.reap()
+        s = self.state
+        batch = None if s.paused else self.builder.build()
+        if batch is not None:
+            s.step_count += 1
+            future = self._launch(batch)
+            if not self.overlap:
+                self.results.process(batch, future)
+                return True
+        # Overlap: the previous batch's result is applied while this one runs.
+        if s.inflight is not None:
+            self.results.process(*s.inflight)
+        if batch is None:
+            s.inflight = None
+            return not s.paused and bool(s.running)
+        s.inflight = (batch, future)
+        return True
+
+    def _launch(self, batch: ScheduledBatch) -> Future[BatchResult]:
+        if self.worker is not None:
+            return self.worker.submit(self.runner.run, batch)
+        future: Future[BatchResult] = Future()
+        future.set_result(self.runner.run(batch))
+        return future
+
+    def drain(self) -> None:
+        """Apply the in-flight batch's result before changing the KV of requests it may hold."""
+        inflight = self.state.inflight
+        if inflight is not None:
+            self.state.inflight = None
+            self.results.process(*inflight)
+
+    def reap(self) -> None:
+        """End aborted requests and those that can no longer make their deadline; close
+        sessions idle past their timeout (at most once a second)."""
+        s, clock = self.state, self.clock
+        if clock.monotonic() - self._sessions_reaped_at > SESSION_REAP_INTERVAL_S:
+            self.sessions.reap()
+            self._sessions_reaped_at = clock.monotonic()
+        now = clock.time()
+        late = [(r, self.timer.check(r, now)) for r in s.waiting if r.deadline is not None]
+        late = [(r, why) for r, why in late if why is not None]
+        for r, why in late:
+            s.waiting.remove(r)
+            r.finished_reason = why
+        ended = [r for r, _ in late]
+        for r in s.running:
+            if r.finished:
+                continue
+            why = r.to_abort or self.timer.check(r, now)
+            if why is not None:
+                r.finished_reason = why
+                ended.append(r)
+        self.results.finish(ended)
+
+    # ---- state -------------------------------------------------------------------------------
+
+    def is_idle(self) -> bool:
+        s = self.state
+        return not s.running and not s.waiting and s.inflight is None
+
+    def stats(self) -> SchedulerStats:
+        tree, embedder = self.kv.tree, self.embedder
+        return SchedulerStats(
+            num_running_reqs=len(self.state.running),
+            num_waiting_reqs=len(self.state.waiting),
+            kv_used_tokens=self.kv.used_tokens(),
+            kv_total_tokens=self.kv.total_tokens,
+            mm_cache_hits=embedder.hits if embedder else 0,
+            mm_cache_misses=embedder.misses if embedder else 0,
+            kv_cached_tokens=tree.evictable_size(),
+            prefix_hit_tokens=tree.stats.hit_tokens,
+            prefix_queried_tokens=tree.stats.queried_tokens,
+            num_retractions=self.state.num_retractions,
+            mm_prefix_cache_images=embedder.prefix_cached if embedder else 0,
+        )

@@ -1,0 +1,86 @@
+"""The real parts of a scheduler process, from its two configs: the model runner, the tokenizer
+(EOS, stop strings, BOS), the KV manager over the runner's pools, the action-token mask and the
+image embedder, assembled into a SchedulerCore; and the readiness info for the main process."""
+
+from __future__ import annotations
+
+from concurrent.futures import Executor
+from typing import Any
+
+import torch
+
+from vla_server.config import ModelRunnerConfig, SchedulerConfig
+from vla_server.model.attention.registry import resolve_backend_name
+from vla_server.model.model_runner import ModelRunner
+from vla_server.multimodal.action_tokenizer import load_action_tokenizer
+from vla_server.scheduler.batch_runner import BatchRunner
+from vla_server.scheduler.core import SchedulerCore
+from vla_server.scheduler.finish_check import FinishChecker
+from vla_server.scheduler.image_embedder import ImageEmbedder
+from vla_server.scheduler.interfaces import OutputSink
+from vla_server.scheduler.kv_cache_manager import KVCacheManager
+from vla_server.scheduler.sessions import SessionController
+
+
+def build_model_runner(model: ModelRunnerConfig) -> ModelRunner:
+    device = model.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return ModelRunner(
+        model.checkpoint.model_path,
+        device=device,
+        dtype=None if model.dtype == "auto" else model.dtype,
+        max_total_tokens=model.max_total_tokens,
+        mem_fraction=model.mem_fraction_static,
+        max_running_requests=model.max_running_requests,
+        context_len=model.context_length,
+        attention_backend=model.attention_backend,
+    )
+
+
+def action_mask(model_path: str, tokenizer: Any, vocab_size: int) -> torch.Tensor | None:
+    """Allowed tokens of action requests (the action bins), or None without an action tokenizer."""
+    actions = load_action_tokenizer(model_path, tokenizer)
+    return None if actions is None else actions.allowed_mask(vocab_size)
+
+
+def build_core(
+    cfg: SchedulerConfig, model: ModelRunnerConfig, sink: OutputSink, worker: Executor
+) -> tuple[SchedulerCore, ModelRunner]:
+    from transformers import AutoTokenizer
+
+    runner = build_model_runner(model)
+    tokenizer = AutoTokenizer.from_pretrained(model.checkpoint.tokenizer_path)
+    kv = KVCacheManager(runner.req_to_token_pool, runner.kv_pool, cfg.disable_radix_cache)
+    embedder = ImageEmbedder(runner, cfg.mm_embedding_cache_mb) if runner.vision else None
+    core = SchedulerCore(
+        cfg,
+        kv,
+        BatchRunner(runner, model.random_seed, embedder),
+        sink,
+        sessions=SessionController(kv.tree, cfg.max_session_held_tokens, tokenizer.bos_token_id),
+        finish_checker=FinishChecker(tokenizer, set(runner.config.eos_token_ids)),
+        context_len=runner.context_len,
+        action_mask=action_mask(model.checkpoint.model_path, tokenizer, runner.vocab_size),
+        embedder=embedder,
+        worker=worker,
+    )
+    return core, runner
+
+
+def ready_info(runner: ModelRunner, kv_total_tokens: int, attention_backend: str) -> dict[str, Any]:
+    """What the main process learns in the readiness handshake."""
+    cfg = runner.config
+    return {
+        "status": "ready",
+        "max_total_num_tokens": kv_total_tokens,
+        "context_len": runner.context_len,
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.hidden_size,
+        "architectures": [cfg.architecture],
+        "device": str(runner.device),
+        "dtype": str(runner.dtype).removeprefix("torch."),
+        "image_token_id": cfg.image_token_id,
+        "num_image_tokens": runner.vision.num_image_tokens if runner.vision else 0,
+        "attention_backend": resolve_backend_name(attention_backend, runner.device),
+    }

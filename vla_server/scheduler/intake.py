@@ -1,0 +1,152 @@
+"""New requests into the waiting queue, and aborts.
+
+A request is refused (finish reason `abort`, with the HTTP status and the field it is about) when
+it can never run: a prompt beyond the context, more KV than the pool holds, actions on a model
+without an action tokenizer, a session error. With `supersede`, the newest frame of a session
+replaces its stale waiting ones before the queue bound is checked, so a full queue never keeps
+out the newest frame. With the bound reached, a better-ranked newcomer evicts the worst queued
+request; anyone else gets a 503.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from vla_server.config import SchedulerConfig
+from vla_server.io_struct import AbortReq, TokenizedGenerateReqInput
+from vla_server.scheduler.interfaces import Clock
+from vla_server.scheduler.output_streamer import OutputStream
+from vla_server.scheduler.policy import PolicyConfig
+from vla_server.scheduler.req import Req, finish_abort
+from vla_server.scheduler.sessions import SessionController, SessionError
+from vla_server.scheduler.state import SchedState
+
+
+class Intake:
+    def __init__(
+        self,
+        cfg: SchedulerConfig,
+        policy: PolicyConfig,
+        state: SchedState,
+        sessions: SessionController,
+        outputs: OutputStream,
+        generator_for: Callable[[int | None], torch.Generator | None],
+        clock: Clock,
+        *,
+        kv_tokens: int,
+        context_len: int,
+        action_mask: torch.Tensor | None,
+    ):
+        self.default_priority = cfg.default_priority_value
+        self.max_queued = cfg.max_queued_requests
+        self.policy = policy
+        self.state = state
+        self.sessions = sessions
+        self.outputs = outputs
+        self.generator_for = generator_for  # a seeded request's own random stream
+        self.clock = clock
+        self.kv_tokens = kv_tokens
+        self.context_len = context_len
+        self.action_mask = action_mask
+
+    def generate(self, msg: TokenizedGenerateReqInput) -> None:
+        req = Req.from_wire(msg)
+        req.arrival_time = self.clock.monotonic()
+        req.arrival_step = self.state.step_count
+        if req.priority == 0 and msg.priority is None:
+            req.priority = self.default_priority
+        stale = self._superseded_by(req)
+        try:
+            # The turns this one supersedes are no parents: it continues from before them.
+            turn = (
+                None
+                if msg.session_params is None
+                else self.sessions.rebuild(req, msg.session_params, {r.rid for r in stale})
+            )
+        except SessionError as e:
+            self.reject(req, str(e), field=e.field)
+            return
+        if not self._fits(req):
+            return
+        if req.num_actions:
+            if self.action_mask is None:
+                self.reject(req, "this model has no action tokenizer")
+                return
+            req.vocab_mask = self.action_mask
+        self._supersede(stale)  # first: the stale frames must not hold a queue slot
+        if not self._queue_admits(req):
+            return
+        if turn is not None:
+            self.sessions.add_turn(turn)
+        req.generator = self.generator_for(req.sampling_params.seed)
+        self.state.waiting.append(req)
+
+    def abort(self, msg: AbortReq) -> None:
+        """Waiting requests end now; running ones at the next step (a batch may hold them)."""
+
+        def hit(r: Req) -> bool:
+            return msg.abort_all or r.rid == msg.rid
+
+        state = self.state
+        gone = [r for r in state.waiting if hit(r)]
+        if gone:
+            state.waiting = [r for r in state.waiting if not hit(r)]
+            for r in gone:
+                r.finished_reason = finish_abort()
+            self.outputs.send(gone)
+        for r in state.running:
+            if hit(r) and not r.finished:
+                r.to_abort = finish_abort()
+
+    def reject(
+        self, req: Req, message: str, status_code: int = 400, field: str | None = None
+    ) -> None:
+        req.finished_reason = finish_abort(message, status_code=status_code, field=field)
+        self.outputs.send([req])
+
+    def _fits(self, req: Req) -> bool:
+        n_in = len(req.origin_input_ids)
+        if n_in == 0 or n_in >= self.context_len:
+            self.reject(req, f"prompt has {n_in} tokens; the context length is {self.context_len}")
+            return False
+        params = req.sampling_params
+        params.max_new_tokens = min(params.max_new_tokens, self.context_len - n_in)
+        if n_in + params.max_new_tokens > self.kv_tokens:
+            self.reject(
+                req,
+                f"request needs {n_in + params.max_new_tokens} KV tokens (prompt {n_in} + "
+                f"max_new_tokens {params.max_new_tokens}); the KV pool holds "
+                f"{self.kv_tokens} (--max-total-tokens)",
+            )
+            return False
+        return True
+
+    def _queue_admits(self, req: Req) -> bool:
+        limit, waiting = self.max_queued, self.state.waiting
+        if limit is None or len(waiting) < limit:
+            return True
+        worst = max(waiting, key=self.policy.queue_key) if self.policy.priority_enabled else None
+        if worst is not None and self.policy.rank(req) < self.policy.rank(worst):
+            waiting.remove(worst)
+            worst.finished_reason = finish_abort("aborted by a higher priority request", 503)
+            self.outputs.send([worst])
+            return True
+        self.reject(req, f"the request queue is full ({limit} waiting)", 503)
+        return False
+
+    def _superseded_by(self, req: Req) -> list[Req]:
+        """Latest frame wins: with `supersede`, the session's older waiting requests."""
+        if not req.supersede or req.session_id is None:
+            return []
+        return [r for r in self.state.waiting if r.session_id == req.session_id]
+
+    def _supersede(self, old: list[Req]) -> None:
+        for r in old:
+            self.state.waiting.remove(r)
+            r.finished_reason = {
+                "type": "superseded",
+                "message": "a newer request of the session arrived",
+            }
+        self.outputs.send(old)

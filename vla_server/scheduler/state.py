@@ -1,0 +1,34 @@
+"""What the scheduling rules read and change: the waiting queue, the running requests, the
+batch in flight and a few counters. The SchedulerCore owns one; its helpers get it explicitly."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from vla_server.scheduler.kv_cache_manager import KVCacheManager
+from vla_server.scheduler.req import Req
+from vla_server.scheduler.schedule_batch import BatchResult, ScheduledBatch
+
+InFlight = tuple[ScheduledBatch, "Future[BatchResult]"]
+
+
+@dataclass(eq=False)
+class SchedState:
+    reserve_ratio: float  # raised after a retraction under KV pressure, then decays
+    waiting: list[Req] = field(default_factory=list)
+    running: list[Req] = field(default_factory=list)
+    inflight: InFlight | None = None  # launched batch whose result is not applied yet
+    paused: bool = False
+    step_count: int = 0  # batches launched
+    num_retractions: int = 0
+
+    def retract(self, req: Req, kv: KVCacheManager) -> None:
+        """Preempt a running request: its KV goes to the radix cache (evictable), it re-queues
+        with its output so far and is recomputed later, mostly from prefix hits."""
+        assert req.inflight == 0, "drain before retracting"
+        kv.release(req)
+        self.running.remove(req)
+        req.num_retractions += 1
+        self.num_retractions += 1
+        self.waiting.append(req)
