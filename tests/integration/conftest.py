@@ -2,9 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-# idle_state and running_reqs are re-exported until the scheduler tests import them from
-# tests.helpers.server; otherwise this file holds only fixtures.
-from tests.helpers.server import idle_state, module_server, running_reqs  # noqa: F401
+from tests.helpers.server import module_server
 from tests.tiny_checkpoints import make_llama
 
 

@@ -10,15 +10,11 @@ import time
 from collections.abc import AsyncIterator
 
 from tests.helpers.server import run_server
-from tests.hf_reference import causal_lm, greedy_ids
+from tests.hf_reference import hf_greedy
 from tests.tiny_checkpoints import make_llama
 
 GREEDY = {"temperature": 0, "max_new_tokens": 16, "ignore_eos": True}
 PROMPT = [85, 289, 430, 391, 422, 408]
-
-
-def hf_greedy(path, ids: list[int], n: int) -> list[int]:
-    return greedy_ids(causal_lm(path), ids, n)
 
 
 def _wait_pending(c, n: int) -> None:

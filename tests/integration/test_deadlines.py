@@ -16,8 +16,7 @@ import time
 import httpx
 import pytest
 
-from tests.helpers.server import run_server
-from tests.integration.sched_helpers import (
+from tests.helpers.async_node import (
     body,
     finish_type,
     json_of,
@@ -28,6 +27,7 @@ from tests.integration.sched_helpers import (
     wait_idle,
     wait_pending,
 )
+from tests.helpers.server import run_server
 
 NEW = 200
 

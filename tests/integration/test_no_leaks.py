@@ -11,14 +11,14 @@ import time
 
 import httpx
 
-from tests.helpers.server import idle_state, running_reqs
-from tests.integration.sched_helpers import (
+from tests.helpers.async_node import (
     internal,
     pause,
     resume,
     wait_pending,
     wait_until,
 )
+from tests.helpers.server import idle_state, running_reqs
 
 BAD_BODIES = [
     {"text": "a", "sampling_params": {"top_p": 2}},

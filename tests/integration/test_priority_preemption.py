@@ -21,8 +21,7 @@ import json
 import httpx
 import pytest
 
-from tests.helpers.server import run_server
-from tests.integration.sched_helpers import (
+from tests.helpers.async_node import (
     POLL_TIMEOUT_S,
     body,
     finish_type,
@@ -32,6 +31,7 @@ from tests.integration.sched_helpers import (
     metric,
     wait_idle,
 )
+from tests.helpers.server import run_server
 
 LOW_NEW = 440  # long enough to keep the 4 slots busy while the test acts (context 512)
 LOWS = [[20 + i, 31, 47, 52 + i, 60] for i in range(4)]

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from tests.helpers.actions import Demo, openvla_actions
+from tests.helpers.async_node import body, finish_type, internal, json_of, meta, metric
 from tests.helpers.server import run_server
 from tests.hf_reference import causal_lm, greedy_ids
-from tests.integration.sched_helpers import body, finish_type, internal, json_of, meta, metric
 from vla_server.model.demo import demo_model_path
 
 NEW = 16

@@ -12,7 +12,7 @@ from vla_server.config import FrontendConfig
 from vla_server.errors import RequestError
 from vla_server.frontend.generate_request import GenerateItem
 from vla_server.io_struct import MMItem, Tensor
-from vla_server.multimodal.action_tokenizer import ActionDecodeError, ActionTokenizer
+from vla_server.multimodal.action_tokenizer import ActionDecodeError, load_action_tokenizer
 from vla_server.multimodal.image_errors import ImageInputError
 from vla_server.multimodal.image_hash import format_mm_hash
 from vla_server.multimodal.image_input import MediaPolicy
@@ -45,12 +45,7 @@ class MultimodalFrontend:
                 allow_remote=config.allow_remote_media,
             )
             self.pipeline = ImagePipeline(policy, PreprocessConfig.from_folder(path))
-        self.actions = ActionTokenizer.from_folder(
-            path,
-            tokenizer.vocab_size,
-            reserved_token_ids=tokenizer.all_special_ids,
-            total_vocab_size=len(tokenizer),
-        )
+        self.actions = load_action_tokenizer(path, tokenizer)
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="vla-mm")
 
     def describe(self) -> dict[str, Any]:

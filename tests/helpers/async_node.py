@@ -1,4 +1,4 @@
-"""Shared pieces of the scheduler acceptance tests: request bodies, polling the node's internal
+"""Async helpers for tests against a live node: request bodies, polling the node's internal
 state, and reading Prometheus counters with prometheus_client's own text parser."""
 
 from __future__ import annotations
