@@ -31,10 +31,6 @@ class Tensor(msgspec.Struct, array_like=True, frozen=True):
         a = np.ascontiguousarray(a)
         return cls(a.tobytes(), a.dtype.str, list(a.shape))
 
-    @classmethod
-    def from_torch(cls, t: torch.Tensor) -> Tensor:
-        return cls.from_numpy(t.detach().cpu().numpy())
-
     def to_numpy(self) -> np.ndarray:
         return np.frombuffer(self.data, dtype=np.dtype(self.dtype)).reshape(self.shape)
 
@@ -77,7 +73,6 @@ class TokenizedGenerateReqInput(_Msg):
     logprob_start_len: int = -1
     top_logprobs_num: int = 0
     stream: bool = False
-    received_time: float = 0.0
     mm_items: list[MMItem] = []
     num_actions: int = 0  # > 0: sampling is constrained to action-bin tokens
     unnorm_key: str | None = None
@@ -155,6 +150,59 @@ class RpcReply(_Msg):
     data: dict[str, Any] = {}
 
 
+# ---- Finish reasons -------------------------------------------------------------------------
+# One tagged union, made in the scheduler (the detokenizer adds action_error) and turned into
+# SGLang's JSON (`{"type": "length", "length": 8}`) once, at the HTTP edge (`finish_json`).
+
+
+class _Finish(msgspec.Struct, tag_field="type", frozen=True):
+    pass
+
+
+class FinishLength(_Finish, tag="length"):
+    length: int
+
+
+class FinishStop(_Finish, tag="stop"):
+    matched: int | str  # the stop token id or the stop string
+
+
+class FinishAbort(_Finish, tag="abort", omit_defaults=True):
+    message: str  # always sent (no default): clients read it
+    status_code: int
+    field: str | None = None  # the request field a rejection is about, when there is one
+
+
+def abort(
+    message: str = "aborted", status_code: int = 499, field: str | None = None
+) -> FinishAbort:
+    """An abort: 499 for a client's own abort, 4xx/5xx for a rejection."""
+    return FinishAbort(message, status_code, field)
+
+
+class FinishSuperseded(_Finish, tag="superseded"):
+    message: str = "a newer request of the session arrived"
+
+
+class FinishDeadline(_Finish, tag="deadline"):
+    message: str
+    status_code: int = 504
+
+
+class FinishActionError(_Finish, tag="action_error"):
+    message: str
+
+
+FinishReason = (
+    FinishLength | FinishStop | FinishAbort | FinishSuperseded | FinishDeadline | FinishActionError
+)
+
+
+def finish_json(reason: FinishReason | None) -> dict[str, Any] | None:
+    """The finish reason as SGLang's clients read it in `meta_info.finish_reason`."""
+    return None if reason is None else msgspec.to_builtins(reason)
+
+
 # ---- Scheduler -> Detokenizer -> TokenizerManager (output ring) ------------------------------
 
 
@@ -195,7 +243,7 @@ class SchedulerStats(msgspec.Struct, array_like=True):
 
 class BatchTokenIDOutput(_Msg):
     rids: list[str]
-    finished_reasons: list[dict[str, Any] | None]
+    finished_reasons: list[FinishReason | None]
     decode_ids: list[list[int]]  # new ids since the previous send
     read_offsets: list[int]  # prompt length: where the first send's decoding starts
     skip_special_tokens: list[bool]
@@ -209,7 +257,7 @@ class BatchTokenIDOutput(_Msg):
 
 class BatchStrOutput(_Msg):
     rids: list[str]
-    finished_reasons: list[dict[str, Any] | None]
+    finished_reasons: list[FinishReason | None]
     output_strs: list[str]  # new text since the previous send
     output_ids: list[list[int]]  # new ids since the previous send
     metas: list[ReqOutputMeta]

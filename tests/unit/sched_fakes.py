@@ -35,6 +35,7 @@ from vla_server.io_struct import (
     RpcReply,
     SessionParams,
     TokenizedGenerateReqInput,
+    finish_json,
 )
 from vla_server.mem_cache.kv_pool import ReqToTokenPool, TokenToKVPool
 from vla_server.model.model_runner import REQ_POOL_SPARE_ROWS, LogitsOutput, SampleOutput
@@ -226,7 +227,8 @@ class Collector:
             if new and not res.ids:
                 self.events.append((rid, "first"))
             res.ids += new
-            res.finish, res.meta = out.finished_reasons[i], out.metas[i]
+            # As clients read it: the JSON the HTTP edge makes of the typed reason.
+            res.finish, res.meta = finish_json(out.finished_reasons[i]), out.metas[i]
             if res.meta.queue_steps is not None:
                 res.queue_steps = res.meta.queue_steps
             res.chunks += 1

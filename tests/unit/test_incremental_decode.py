@@ -6,6 +6,7 @@ import pytest
 
 from tests.tiny_checkpoints import make_tokenizer
 from vla_server.detokenizer.incremental_decode import DecodeInput, IncrementalDecoder
+from vla_server.io_struct import FinishStop
 
 TEXTS = [
     "pick up the cube",
@@ -83,7 +84,7 @@ def test_left_context_is_not_emitted(tok):
 def test_stop_string_is_held_back_then_trimmed(tok):
     ids = tok("move left STOP and more")["input_ids"]
     dec = IncrementalDecoder(tok, len(tok))
-    chunks = _feed(dec, ids, stops=["STOP"], finish={"type": "stop", "matched": "STOP"})
+    chunks = _feed(dec, ids, stops=["STOP"], finish=FinishStop("STOP"))
     assert "".join(chunks) == "move left "
     # nothing after the stop string's first character was ever emitted, even mid-stream
     emitted = ""

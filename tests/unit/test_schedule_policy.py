@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vla_server.io_struct import FinishDeadline, TokenizedGenerateReqInput
 from vla_server.model.sampling import SamplingParams
 from vla_server.scheduler.deadline import StepTimer
 from vla_server.scheduler.policy import (
@@ -30,14 +31,15 @@ def make_req(
     out: int = 0,
     kv: int | None = None,
 ) -> Req:
-    r = Req(
+    wire = TokenizedGenerateReqInput(
         rid=f"r{i}",
-        origin_input_ids=list(range(1, prompt + 1)),
+        input_ids=list(range(1, prompt + 1)),
         sampling_params=SamplingParams(max_new_tokens=new),
         priority=priority,
         deadline=deadline,
-        arrival_time=float(i),
     )
+    r = Req.from_wire(wire)
+    r.arrival_time = float(i)
     r.output_ids = [7] * out
     r.kv_len = prompt + out - 1 if kv is None else kv
     return r
@@ -174,9 +176,9 @@ def test_step_timer_estimates_and_deadline_checks():
     left = 10 * 0.002 + 10 * timer.decode_step_s
     assert timer.time_left_s(r) == pytest.approx(left)
     assert timer.check(r, now=0.0) is None  # no deadline
-    r.deadline = 100.0
+    r = make_req(0, prompt=11, new=10, kv=0, deadline=100.0)
     assert timer.check(r, now=100.0 - left - 1e-3) is None
     soon = timer.check(r, now=100.0 - left + 1e-3)
-    assert soon is not None and soon["type"] == "deadline" and "cannot finish" in soon["message"]
+    assert isinstance(soon, FinishDeadline) and "cannot finish" in soon.message
     late = timer.check(r, now=100.5)
-    assert late is not None and late["type"] == "deadline" and "missed" in late["message"]
+    assert isinstance(late, FinishDeadline) and "missed" in late.message

@@ -26,9 +26,12 @@ from vla_server.frontend.tokenizer_manager import BACKLOG_WARN_CHUNKS, Tokenizer
 from vla_server.io_struct import (
     AbortReq,
     BatchStrOutput,
+    FinishLength,
+    FinishReason,
     ReqOutputMeta,
     SchedulerStats,
     TokenizedGenerateReqInput,
+    abort,
     encode,
     scheduler_input_decoder,
 )
@@ -67,7 +70,7 @@ class Ring:
             got.append(msg)
         return got
 
-    async def emit(self, rid: str, n_tokens: int, finish: dict[str, Any] | None = None) -> None:
+    async def emit(self, rid: str, n_tokens: int, finish: FinishReason | None = None) -> None:
         """One output chunk for `rid`, as the detokenizer sends it."""
         out = BatchStrOutput(
             rids=[rid],
@@ -133,7 +136,7 @@ async def test_backlog_warning_only_past_20_chunks(ring, caplog, behind):
         assert len(logged) == 1 and f"{behind} chunks queued for rid slow" in logged[0], logged
     else:
         assert logged == []
-    await ring.emit("slow", 1, {"type": "length", "length": behind + 2})
+    await ring.emit("slow", 1, FinishLength(behind + 2))
     assert (await gen.__anext__())["meta_info"]["finish_reason"]["type"] == "length"
 
 
@@ -165,7 +168,7 @@ async def test_a_stream_ended_early_sends_exactly_one_abort(ring, end):
     assert _aborts(await ring.until_marker(), "gone") == 1
     # the scheduler's echo of the abort is what removes the request's state
     assert "gone" in ring.tm.rid_to_state
-    await ring.emit("gone", 0, {"type": "abort", "message": "aborted", "status_code": 499})
+    await ring.emit("gone", 0, abort())
     deadline = time.monotonic() + LIVENESS_S
     while "gone" in ring.tm.rid_to_state:
         assert time.monotonic() < deadline, "the abort's echo never removed the state"
@@ -175,7 +178,7 @@ async def test_a_stream_ended_early_sends_exactly_one_abort(ring, end):
 
 async def test_a_finished_stream_sends_no_abort(ring):
     gen, _ = await _started_stream(ring, "done")
-    await ring.emit("done", 1, {"type": "length", "length": 2})
+    await ring.emit("done", 1, FinishLength(2))
     assert (await gen.__anext__())["meta_info"]["finish_reason"]["type"] == "length"
     ring.tm.abort_if_pending(["done"])
     await gen.aclose()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from vla_server.io_struct import TokenizedGenerateReqInput
 from vla_server.model.model_runner import ModelRunner
 from vla_server.model.sampling import SamplingParams
 from vla_server.scheduler.batch_runner import BatchRunner
@@ -29,10 +30,12 @@ def measure_decode_steps(
     batch_runner = BatchRunner(runner, 0)
     params = SamplingParams(max_new_tokens=n_new, temperature=0.0, ignore_eos=True)
     reqs = [
-        Req(
-            rid=str(i),
-            origin_input_ids=[(7 * i + j) % 200 + 10 for j in range(prompt_len)],
-            sampling_params=params,
+        Req.from_wire(
+            TokenizedGenerateReqInput(
+                rid=str(i),
+                input_ids=[(7 * i + j) % 200 + 10 for j in range(prompt_len)],
+                sampling_params=params,
+            )
         )
         for i in range(batch_size)
     ]

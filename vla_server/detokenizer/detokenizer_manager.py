@@ -12,6 +12,7 @@ from vla_server.detokenizer.incremental_decode import DecodeInput, IncrementalDe
 from vla_server.io_struct import (
     BatchStrOutput,
     BatchTokenIDOutput,
+    FinishActionError,
     decode_or_drop,
     detokenizer_input_decoder,
     encode,
@@ -64,7 +65,7 @@ class DetokenizerManager:
                 )
                 actions[i], counts[i] = step.actions, step.count
                 if step.error is not None:
-                    finished[i] = {"type": "action_error", "message": step.error}
+                    finished[i] = FinishActionError(step.error)
         return BatchStrOutput(
             rids=msg.rids,
             finished_reasons=finished,

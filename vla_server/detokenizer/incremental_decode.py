@@ -14,6 +14,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from vla_server.io_struct import FinishReason, FinishStop
+
 REPLACEMENT_CHAR = "\ufffd"
 MAX_STATES = 65536
 
@@ -41,7 +43,7 @@ class DecodeInput:
     context_len: int  # on the first message: how many leading ids are prompt context
     skip_special_tokens: bool
     stop_strs: list[str]
-    finished_reason: dict[str, Any] | None
+    finished_reason: FinishReason | None
 
 
 class IncrementalDecoder:
@@ -94,7 +96,7 @@ class IncrementalDecoder:
                     result[i] = t
         return result
 
-    def _emit(self, st: DecodeState, finished_reason: dict[str, Any] | None) -> str:
+    def _emit(self, st: DecodeState, finished_reason: FinishReason | None) -> str:
         if finished_reason is not None:
             end = _trim_stop(st.text, finished_reason)
         else:
@@ -105,10 +107,10 @@ class IncrementalDecoder:
         return chunk
 
 
-def _trim_stop(text: str, finished_reason: dict[str, Any]) -> int:
-    matched = finished_reason.get("matched")
-    if finished_reason.get("type") == "stop" and isinstance(matched, str) and matched:
-        pos = text.find(matched)
+def _trim_stop(text: str, finished_reason: FinishReason) -> int:
+    if isinstance(finished_reason, FinishStop) and isinstance(finished_reason.matched, str):
+        matched = finished_reason.matched
+        pos = text.find(matched) if matched else -1
         if pos >= 0:
             return pos
     return len(text)

@@ -46,6 +46,7 @@ from vla_server.io_struct import (
     TokenizedGenerateReqInput,
     decode_or_drop,
     encode,
+    finish_json,
     tokenizer_input_decoder,
 )
 from vla_server.metrics import ServerMetrics
@@ -131,12 +132,8 @@ class TokenizerManager:
             state.event.set()
 
     def _apply_output(self, state: ReqState, msg: BatchStrOutput, i: int) -> None:
-        meta, finish, new_ids, text = (
-            msg.metas[i],
-            msg.finished_reasons[i],
-            msg.output_ids[i],
-            msg.output_strs[i],
-        )
+        meta, new_ids, text = msg.metas[i], msg.output_ids[i], msg.output_strs[i]
+        finish = finish_json(msg.finished_reasons[i])  # JSON from here on: the HTTP edge
         self._observe_latency(state, meta, len(new_ids), finish)
         state.text_chunks.append(text)
         state.output_ids.extend(new_ids)
@@ -183,7 +180,9 @@ class TokenizerManager:
     def _decode_one(self, tid: int) -> str:
         return self.tokenizer.decode([tid])
 
-    def _observe_latency(self, state: ReqState, meta: Any, n_new: int, finish: dict | None) -> None:
+    def _observe_latency(
+        self, state: ReqState, meta: Any, n_new: int, finish: dict[str, Any] | None
+    ) -> None:
         now = time.perf_counter()
         m = self.metrics
         prio = self._priority(state)
@@ -291,7 +290,6 @@ class TokenizerManager:
             logprob_start_len=item.logprob_start_len,
             top_logprobs_num=item.top_logprobs_num,
             stream=item.stream,
-            received_time=received,
             mm_items=mm_items,
             num_actions=item.num_actions or 0,
             unnorm_key=item.unnorm_key,

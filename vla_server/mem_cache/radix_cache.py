@@ -108,10 +108,6 @@ class RadixCache:
         """Distinct tokens held by pins (a prefix shared by two sessions counts once)."""
         return self._pinned
 
-    @property
-    def num_request_locks(self) -> int:
-        return self._num_request_locks
-
     def prefix_len(self, node: TreeNode) -> int:
         """Number of tokens on the path from the root to the end of ``node``."""
         n = 0

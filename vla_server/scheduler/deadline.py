@@ -7,20 +7,16 @@ finish in time is ended early (finish reason `deadline`) and its KV freed for re
 from __future__ import annotations
 
 import time
-from typing import Any
 
+from vla_server.io_struct import FinishDeadline
 from vla_server.scheduler.req import Req
 
 EMA = 0.2  # weight of the newest measurement
 
 
-def finish_deadline(missed_by_s: float, predicted: bool) -> dict[str, Any]:
+def finish_deadline(missed_by_s: float, predicted: bool) -> FinishDeadline:
     how = "cannot finish before" if predicted else "missed"
-    return {
-        "type": "deadline",
-        "message": f"{how} its deadline ({missed_by_s * 1e3:+.1f} ms)",
-        "status_code": 504,
-    }
+    return FinishDeadline(f"{how} its deadline ({missed_by_s * 1e3:+.1f} ms)")
 
 
 class StepTimer:
@@ -41,7 +37,7 @@ class StepTimer:
         prefill = max(req.num_new_tokens - 1, 0) * self.prefill_token_s
         return prefill + req.remaining_new_tokens() * self.decode_step_s
 
-    def check(self, req: Req, now: float | None = None) -> dict[str, Any] | None:
+    def check(self, req: Req, now: float | None = None) -> FinishDeadline | None:
         """A deadline finish reason if `req` has missed, or will miss, its deadline."""
         if req.deadline is None:
             return None

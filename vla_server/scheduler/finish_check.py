@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vla_server.scheduler.req import Req, finish_length, finish_stop
+from vla_server.io_struct import FinishLength, FinishStop
+from vla_server.scheduler.req import Req
 
 
 class FinishChecker:
@@ -22,18 +23,18 @@ class FinishChecker:
         params = req.sampling_params
         n = len(req.output_ids)
         if n >= params.max_new_tokens:
-            req.finished_reason = finish_length(params.max_new_tokens)
+            req.finished_reason = FinishLength(params.max_new_tokens)
             return
         if n == 0:
             return
         last = req.output_ids[-1]
         if last in params.stop_token_ids or (not params.ignore_eos and last in self.eos_token_ids):
-            req.finished_reason = finish_stop(last)
+            req.finished_reason = FinishStop(last)
             return
         if params.stop:
             matched = self._stop_string(req)
             if matched is not None:
-                req.finished_reason = finish_stop(matched)
+                req.finished_reason = FinishStop(matched)
 
     def _stop_string(self, req: Req) -> str | None:
         longest = max(len(s) for s in req.sampling_params.stop)

@@ -15,11 +15,11 @@ from collections.abc import Callable
 import torch
 
 from vla_server.config import SchedulerConfig
-from vla_server.io_struct import AbortReq, TokenizedGenerateReqInput
+from vla_server.io_struct import AbortReq, FinishSuperseded, TokenizedGenerateReqInput, abort
 from vla_server.scheduler.interfaces import Clock
 from vla_server.scheduler.output_streamer import OutputStream
 from vla_server.scheduler.policy import PolicyConfig
-from vla_server.scheduler.req import Req, finish_abort
+from vla_server.scheduler.req import Req
 from vla_server.scheduler.sessions import SessionController, SessionError
 from vla_server.scheduler.state import SchedState
 
@@ -52,11 +52,9 @@ class Intake:
         self.action_mask = action_mask
 
     def generate(self, msg: TokenizedGenerateReqInput) -> None:
-        req = Req.from_wire(msg)
+        req = Req.from_wire(msg, self.default_priority)
         req.arrival_time = self.clock.monotonic()
         req.arrival_step = self.state.step_count
-        if req.priority == 0 and msg.priority is None:
-            req.priority = self.default_priority
         stale = self._superseded_by(req)
         try:
             # The turns this one supersedes are no parents: it continues from before them.
@@ -94,16 +92,16 @@ class Intake:
         if gone:
             state.waiting = [r for r in state.waiting if not hit(r)]
             for r in gone:
-                r.finished_reason = finish_abort()
+                r.finished_reason = abort()
             self.outputs.send(gone)
         for r in state.running:
             if hit(r) and not r.finished:
-                r.to_abort = finish_abort()
+                r.to_abort = abort()
 
     def reject(
         self, req: Req, message: str, status_code: int = 400, field: str | None = None
     ) -> None:
-        req.finished_reason = finish_abort(message, status_code=status_code, field=field)
+        req.finished_reason = abort(message, status_code=status_code, field=field)
         self.outputs.send([req])
 
     def _fits(self, req: Req) -> bool:
@@ -130,7 +128,7 @@ class Intake:
         worst = max(waiting, key=self.policy.queue_key) if self.policy.priority_enabled else None
         if worst is not None and self.policy.rank(req) < self.policy.rank(worst):
             waiting.remove(worst)
-            worst.finished_reason = finish_abort("aborted by a higher priority request", 503)
+            worst.finished_reason = abort("aborted by a higher priority request", 503)
             self.outputs.send([worst])
             return True
         self.reject(req, f"the request queue is full ({limit} waiting)", 503)
@@ -145,8 +143,5 @@ class Intake:
     def _supersede(self, old: list[Req]) -> None:
         for r in old:
             self.state.waiting.remove(r)
-            r.finished_reason = {
-                "type": "superseded",
-                "message": "a newer request of the session arrived",
-            }
+            r.finished_reason = FinishSuperseded()
         self.outputs.send(old)

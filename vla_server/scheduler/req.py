@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
-from vla_server.io_struct import Logprobs, MMItem, TokenizedGenerateReqInput
+from vla_server.io_struct import (
+    FinishAbort,
+    FinishReason,
+    Logprobs,
+    MMItem,
+    TokenizedGenerateReqInput,
+)
 from vla_server.mem_cache.radix_cache import TreeNode
 from vla_server.model.sampling import SamplingParams
 from vla_server.multimodal.prefill_images import PrefillImages
@@ -17,42 +22,19 @@ from vla_server.multimodal.prefill_images import PrefillImages
 DETOKENIZE_CONTEXT_IDS = 5
 
 
-def finish_length(n: int) -> dict[str, Any]:
-    return {"type": "length", "length": n}
-
-
-def finish_stop(matched: int | str) -> dict[str, Any]:
-    return {"type": "stop", "matched": matched}
-
-
-def finish_abort(
-    message: str = "aborted", status_code: int = 499, field: str | None = None
-) -> dict[str, Any]:
-    reason = {"type": "abort", "message": message, "status_code": status_code}
-    if field is not None:
-        reason["field"] = field  # the request field a rejection is about
-    return reason
-
-
 @dataclass(eq=False)
 class Req:
-    rid: str
+    """A request in the scheduler: the wire request as the front end sent it (`wire`, never
+    changed) and the state the scheduler keeps for it. The prompt and its images are the wire's,
+    or a session turn's rebuilt ones; the priority has the node's default applied."""
+
+    wire: TokenizedGenerateReqInput
     origin_input_ids: list[int]
-    sampling_params: SamplingParams
-    input_embeds: torch.Tensor | None = None
-    return_logprob: bool = False
-    logprob_start_len: int = -1
-    top_logprobs_num: int = 0
-    stream: bool = False
-    arrival_time: float = field(default_factory=time.monotonic)
-    mm_items: list[MMItem] = field(default_factory=list)
-    num_actions: int = 0
-    unnorm_key: str | None = None
-    vocab_mask: torch.Tensor | None = None  # constrained decoding: True = allowed token
+    mm_items: list[MMItem]
     priority: int = 0
-    deadline: float | None = None  # seconds since the epoch
-    supersede: bool = False
-    session_id: str | None = None
+    input_embeds: torch.Tensor | None = None
+    arrival_time: float = field(default_factory=time.monotonic)
+    vocab_mask: torch.Tensor | None = None  # constrained decoding: True = allowed token
 
     output_ids: list[int] = field(default_factory=list)
     # Tokens sampled by batches still in flight (overlap mode): part of the sequence, not yet
@@ -62,8 +44,8 @@ class Req:
     kv_len: int = 0  # tokens whose K/V are in the pool or being written by a scheduled batch
     last_node: TreeNode | None = None  # radix node this request holds locked
     cached_tokens: int = 0
-    finished_reason: dict[str, Any] | None = None
-    to_abort: dict[str, Any] | None = None
+    finished_reason: FinishReason | None = None
+    to_abort: FinishAbort | None = None
     generator: torch.Generator | None = None
     queue_time: float | None = None
     arrival_step: int = 0  # scheduler step counter when the request arrived
@@ -82,25 +64,62 @@ class Req:
     pending_logprobs: Logprobs | None = None
 
     @classmethod
-    def from_wire(cls, msg: TokenizedGenerateReqInput) -> Req:
-        embeds = msg.input_embeds.to_torch() if msg.input_embeds is not None else None
+    def from_wire(cls, msg: TokenizedGenerateReqInput, default_priority: int = 0) -> Req:
         return cls(
-            rid=msg.rid,
+            wire=msg,
             origin_input_ids=list(msg.input_ids),
-            sampling_params=msg.sampling_params,
-            input_embeds=embeds,
-            return_logprob=msg.return_logprob,
-            logprob_start_len=msg.logprob_start_len,
-            top_logprobs_num=msg.top_logprobs_num,
-            stream=msg.stream,
             mm_items=msg.mm_items,
-            num_actions=msg.num_actions,
-            unnorm_key=msg.unnorm_key,
-            priority=msg.priority or 0,
-            deadline=msg.deadline,
-            supersede=msg.supersede,
-            session_id=msg.session_id or (msg.session_params.id if msg.session_params else None),
+            priority=default_priority if msg.priority is None else msg.priority,
+            input_embeds=None if msg.input_embeds is None else msg.input_embeds.to_torch(),
         )
+
+    # The request's own fields, read from the wire struct.
+
+    @property
+    def rid(self) -> str:
+        return self.wire.rid
+
+    @property
+    def sampling_params(self) -> SamplingParams:
+        return self.wire.sampling_params
+
+    @property
+    def return_logprob(self) -> bool:
+        return self.wire.return_logprob
+
+    @property
+    def logprob_start_len(self) -> int:
+        return self.wire.logprob_start_len
+
+    @property
+    def top_logprobs_num(self) -> int:
+        return self.wire.top_logprobs_num
+
+    @property
+    def stream(self) -> bool:
+        return self.wire.stream
+
+    @property
+    def num_actions(self) -> int:  # > 0: decoding is constrained to action tokens
+        return self.wire.num_actions
+
+    @property
+    def unnorm_key(self) -> str | None:
+        return self.wire.unnorm_key
+
+    @property
+    def deadline(self) -> float | None:  # seconds since the epoch
+        return self.wire.deadline
+
+    @property
+    def supersede(self) -> bool:
+        return self.wire.supersede
+
+    @property
+    def session_id(self) -> str | None:
+        """The robot/episode identity: `session_id`, or the session of `session_params`."""
+        w = self.wire
+        return w.session_id or (w.session_params.id if w.session_params is not None else None)
 
     @property
     def fill_ids(self) -> list[int]:
