@@ -1,12 +1,14 @@
-"""Per-request sampling parameters, their batched tensors, the sampler and logprobs.
+"""Sampling parameters' batched tensors, the sampler and logprobs.
 
-Sampling order: the optional vocabulary mask (constrained decoding), temperature, then the
-token set is cut to the intersection of top-k, top-p (smallest prefix of the descending
-distribution whose mass reaches `top_p`) and min-p (tokens with at least `min_p` times the top
-probability), and one token is drawn by inverse CDF with a single uniform per request. A
-request with a seed draws its uniform from its own `torch.Generator`, created once and passed
-back on later steps, so its tokens do not depend on the other requests in the batch.
-Logprobs are always those of the raw logits, before mask, temperature or filtering.
+The caller first applies the requests' logit adjustments (`SamplingBatchInfo.adjusted`:
+penalties, logit bias, min tokens; see `logit_adjust.py`). Sampling order: the optional
+vocabulary mask (constrained decoding), temperature, then the token set is cut to the
+intersection of top-k, top-p (smallest prefix of the descending distribution whose mass reaches
+`top_p`) and min-p (tokens with at least `min_p` times the top probability), and one token is
+drawn by inverse CDF with a single uniform per request. A request with a seed draws its uniform
+from its own `torch.Generator`, created once and passed back on later steps, so its tokens do
+not depend on the other requests in the batch. Logprobs are those of the adjusted logits,
+before mask, temperature or filtering.
 """
 
 from __future__ import annotations
@@ -14,43 +16,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import msgspec
 import torch
 
+from vla_server.model.logit_adjust import LogitAdjustments, TokenHistory
+from vla_server.model.sampling_params import SamplingParams
 
-class SamplingParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    max_new_tokens: int = 128
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1  # -1: off
-    min_p: float = 0.0
-    seed: int | None = None
-    stop: list[str] = msgspec.field(default_factory=list)
-    stop_token_ids: list[int] = msgspec.field(default_factory=list)
-    ignore_eos: bool = False
-    skip_special_tokens: bool = True
-
-    @property
-    def is_greedy(self) -> bool:
-        return self.temperature == 0 or self.top_k == 1
-
-    def validate(self, vocab_size: int) -> None:
-        """Raise ValueError naming the first invalid field."""
-        checks = (
-            ("max_new_tokens", self.max_new_tokens >= 0, "must be >= 0"),
-            ("temperature", self.temperature >= 0, "must be >= 0"),
-            ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
-            ("top_k", self.top_k == -1 or self.top_k >= 1, "must be -1 (off) or >= 1"),
-            ("min_p", 0 <= self.min_p <= 1, "must be in [0, 1]"),
-            (
-                "stop_token_ids",
-                all(0 <= t < vocab_size for t in self.stop_token_ids),
-                f"must be token ids in [0, {vocab_size})",
-            ),
-        )
-        for name, ok, rule in checks:
-            if not ok:
-                raise ValueError(f"{name} {rule}, got {getattr(self, name)!r}")
+__all__ = [
+    "Logprobs",
+    "SamplingBatchInfo",
+    "SamplingParams",
+    "TokenHistory",
+    "compute_logprobs",
+    "sample",
+]
 
 
 def make_generator(seed: int, device: str | torch.device) -> torch.Generator:
@@ -73,6 +51,7 @@ class SamplingBatchInfo:
     # Per request: its generator when it has a seed. Keep them with the requests and pass them
     # back to `build` on later steps, so each seeded request continues its own random stream.
     generators: list[torch.Generator | None]
+    adjust: LogitAdjustments | None = None  # None: no request changes its logits
 
     @classmethod
     def build(
@@ -83,13 +62,17 @@ class SamplingBatchInfo:
         *,
         masks: Sequence[torch.Tensor | None] | None = None,
         generators: Sequence[torch.Generator | None] | None = None,
+        histories: Sequence[TokenHistory | None] | None = None,
+        eos_token_ids: frozenset[int] = frozenset(),
     ) -> SamplingBatchInfo:
+        """`histories` (each request's prompt and output so far) is read only for the requests
+        whose parameters adjust their logits."""
         greedy = [p.is_greedy for p in params_list]
         top_ks = [vocab_size if p.top_k < 0 else min(p.top_k, vocab_size) for p in params_list]
         gens = list(generators) if generators is not None else [None] * len(params_list)
         for i, p in enumerate(params_list):
-            if gens[i] is None and p.seed is not None:
-                gens[i] = make_generator(p.seed, device)
+            if gens[i] is None and p.random_seed is not None:
+                gens[i] = make_generator(p.random_seed, device)
         sampled = [p for p, g in zip(params_list, greedy, strict=True) if not g]
         return cls(
             temperatures=torch.tensor(
@@ -106,7 +89,18 @@ class SamplingBatchInfo:
             needs_sort=any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in sampled),
             vocab_mask=_stack_masks(masks, vocab_size, device),
             generators=gens,
+            adjust=LogitAdjustments.build(
+                params_list,
+                histories or [None] * len(params_list),
+                vocab_size,
+                device,
+                eos_token_ids,
+            ),
         )
+
+    def adjusted(self, logits: torch.Tensor) -> torch.Tensor:
+        """The logits to sample from and score logprobs on."""
+        return logits if self.adjust is None else self.adjust.apply(logits)
 
 
 def _stack_masks(

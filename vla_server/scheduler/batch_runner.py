@@ -15,17 +15,29 @@ import torch
 
 from vla_server.io_struct import MMItem
 from vla_server.model.model_runner import ModelRunner
-from vla_server.model.sampling import SamplingBatchInfo, compute_logprobs, make_generator
+from vla_server.model.sampling import (
+    SamplingBatchInfo,
+    TokenHistory,
+    compute_logprobs,
+    make_generator,
+)
 from vla_server.scheduler.image_embedder import ImageEmbedder
 from vla_server.scheduler.req import Req
 from vla_server.scheduler.schedule_batch import PENDING, BatchResult, ReqLogprobs, ScheduledBatch
 
 
 class BatchRunner:
-    def __init__(self, runner: ModelRunner, seed: int, embedder: ImageEmbedder | None = None):
+    def __init__(
+        self,
+        runner: ModelRunner,
+        seed: int,
+        embedder: ImageEmbedder | None = None,
+        eos_token_ids: frozenset[int] = frozenset(),
+    ):
         self.runner = runner
         self.device = runner.device
         self.embedder = embedder
+        self.eos_token_ids = eos_token_ids  # masked until a request's min_new_tokens
         torch.manual_seed(seed)
 
     def generator_for(self, seed: int | None) -> torch.Generator | None:
@@ -54,7 +66,7 @@ class BatchRunner:
         next_ids = [PENDING] * len(batch.reqs)
         rows = [i for i, s in enumerate(batch.sample) if s]
         if rows:
-            self._sample(batch, rows, logits.next_token_logits, next_ids, logprobs)
+            self._sample(batch, rows, tokens, logits.next_token_logits, next_ids, logprobs)
         return BatchResult(next_ids, logprobs, time.perf_counter() - t0)
 
     def _resolve_pending(self, batch: ScheduledBatch) -> list[list[int]]:
@@ -70,6 +82,7 @@ class BatchRunner:
         self,
         batch: ScheduledBatch,
         rows: list[int],
+        tokens: list[list[int]],
         all_logits: torch.Tensor,
         next_ids: list[int],
         logprobs: list[ReqLogprobs | None],
@@ -81,10 +94,18 @@ class BatchRunner:
             self.device,
             generators=[r.generator for r in reqs],
             masks=[r.vocab_mask for r in reqs],
+            histories=[
+                _history(r, batch.prefix_lens[i], tokens[i])
+                if r.sampling_params.adjusts_logits
+                else None
+                for i, r in zip(rows, reqs, strict=True)
+            ],
+            eos_token_ids=self.eos_token_ids,
         )
         want = [r.top_logprobs_num if r.return_logprob else 0 for r in reqs]
         any_lp = any(r.return_logprob for r in reqs)
         logits = all_logits[rows] if len(rows) != len(batch.reqs) else all_logits
+        logits = info.adjusted(logits)
         out = self.runner.sample(logits, info, top_logprobs_nums=want if any_lp else None)
         for j, (i, r) in enumerate(zip(rows, reqs, strict=True)):
             tok = int(out.next_token_ids[j])
@@ -143,6 +164,22 @@ class BatchRunner:
                 r.prefill_images.drop_passed(r.mm_items, hi)
             off += hi - lo
         return embeds, mask
+
+
+def _history(r: Req, prefix_len: int, tokens: list[int]) -> TokenHistory:
+    """The prompt and the output tokens before the one this step samples.
+
+    The sequence so far ends with this step's new tokens; in overlap mode the last of them may
+    still be missing from `output_ids` (sampled by the batch in flight), so it is taken from
+    `tokens`, which holds it resolved.
+    """
+    prompt = r.origin_input_ids
+    n_out = prefix_len + len(tokens) - len(prompt)
+    out = r.output_ids[:n_out]
+    missing = n_out - len(out)
+    if missing > 0:
+        out = out + tokens[len(tokens) - missing :]
+    return TokenHistory(prompt, out)
 
 
 def _overlap(item: MMItem, lo: int, hi: int) -> bool:

@@ -56,7 +56,7 @@ def build_core(
     core = SchedulerCore(
         cfg,
         kv,
-        BatchRunner(runner, model.random_seed, embedder),
+        BatchRunner(runner, model.random_seed, embedder, frozenset(runner.config.eos_token_ids)),
         sink,
         sessions=SessionController(kv.tree, cfg.max_session_held_tokens, tokenizer.bos_token_id),
         finish_checker=FinishChecker(tokenizer, set(runner.config.eos_token_ids)),

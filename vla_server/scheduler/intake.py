@@ -78,7 +78,7 @@ class Intake:
             return
         if turn is not None:
             self.sessions.add_turn(turn)
-        req.generator = self.generator_for(req.sampling_params.seed)
+        req.generator = self.generator_for(req.sampling_params.random_seed)
         self.state.waiting.append(req)
 
     def abort(self, msg: AbortReq) -> None:
