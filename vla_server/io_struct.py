@@ -253,6 +253,8 @@ class BatchTokenIDOutput(_Msg):
     stats: SchedulerStats
     action_keys: list[str | None] = []  # per request: its unnorm key, when it decodes actions
     wants_actions: list[bool] = []
+    no_stop_trim: list[bool] = []  # per request: keep the matched stop string/token in the text
+    spaces_between_special_tokens: list[bool] = []
 
 
 class BatchStrOutput(_Msg):

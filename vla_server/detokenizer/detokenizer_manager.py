@@ -35,15 +35,18 @@ class DetokenizerManager:
         self.send_sock = zmq_socket(self.ctx, zmq.PUSH, port_args.tokenizer_ipc_name, bind=False)
 
     def handle(self, msg: BatchTokenIDOutput) -> BatchStrOutput:
+        n = len(msg.rids)
         items = [
-            DecodeInput(rid, ids, ctx, skip, stops, fin)
-            for rid, ids, ctx, skip, stops, fin in zip(
+            DecodeInput(rid, ids, ctx, skip, stops, fin, no_trim, spaces)
+            for rid, ids, ctx, skip, stops, fin, no_trim, spaces in zip(
                 msg.rids,
                 msg.decode_ids,
                 msg.read_offsets,
                 msg.skip_special_tokens,
                 msg.stop_strs,
                 msg.finished_reasons,
+                msg.no_stop_trim or [False] * n,
+                msg.spaces_between_special_tokens or [True] * n,
                 strict=True,
             )
         ]

@@ -41,6 +41,8 @@ def build_output(reqs: list[Req], stats: SchedulerStats) -> BatchTokenIDOutput:
         stats=stats,
         action_keys=[],
         wants_actions=[],
+        no_stop_trim=[],
+        spaces_between_special_tokens=[],
     )
     for req in reqs:
         new_ids = req.output_ids[req.sent_output_len :]
@@ -55,6 +57,8 @@ def build_output(reqs: list[Req], stats: SchedulerStats) -> BatchTokenIDOutput:
         out.read_offsets.append(len(context))
         out.skip_special_tokens.append(req.sampling_params.skip_special_tokens)
         out.stop_strs.append(req.sampling_params.stop)
+        out.no_stop_trim.append(req.sampling_params.no_stop_trim)
+        out.spaces_between_special_tokens.append(req.sampling_params.spaces_between_special_tokens)
         out.metas.append(
             ReqOutputMeta(
                 prompt_tokens=len(req.origin_input_ids),
