@@ -8,11 +8,14 @@ tokenizer, the images nor the node's state: any problem raises a `RequestError` 
 field, before any request state exists.
 
 A `GenerateReqInput` carries exactly one of `text`, `input_ids` or `input_embeds`, either for one
-prompt or for a batch (a list of prompts).
+prompt or for a batch (a list of prompts). Its fields and those of `sampling_params` are checked
+against SGLang's schema first (`field_tables.py`). `sampling_params.n` > 1 asks for n samples of
+each prompt: n items, and the reply is a list, as SGLang's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +24,7 @@ import msgspec
 import numpy as np
 
 from vla_server.errors import RequestError, from_msgspec
+from vla_server.frontend.field_tables import GENERATE, SAMPLING_PARAMS
 from vla_server.io_struct import SessionParams
 from vla_server.model.sampling import SamplingParams
 
@@ -78,9 +82,13 @@ class GenerateItem:
 def parse_sampling(
     d: dict[str, Any] | None, limits: ModelLimits, field: str = "sampling_params"
 ) -> SamplingParams:
-    """`d` as checked SamplingParams; errors name `field`.<the parameter>."""
+    """`d` (SGLang's sampling parameters) as checked SamplingParams; errors name
+    `field`.<the parameter>."""
+    given = SAMPLING_PARAMS.implemented_fields(d or {}, field)
+    if isinstance(given.get("stop"), str):
+        given["stop"] = [given["stop"]]
     try:
-        params = msgspec.convert(d or {}, SamplingParams)
+        params = msgspec.convert(given, SamplingParams)
     except msgspec.ValidationError as e:
         raise from_msgspec(e, prefix=field) from None
     try:
@@ -149,14 +157,19 @@ _PER_PROMPT = frozenset(
 
 def parse_body(body: bytes) -> GenerateReqInput:
     try:
-        return msgspec.json.decode(body, type=GenerateReqInput)
-    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raw = msgspec.json.decode(body)
+    except msgspec.DecodeError as e:
         raise from_msgspec(e) from None
+    return _checked(raw)
 
 
 def from_kwargs(**kwargs: Any) -> GenerateReqInput:
+    return _checked(kwargs)
+
+
+def _checked(raw: Any) -> GenerateReqInput:
     try:
-        return msgspec.convert(kwargs, GenerateReqInput)
+        return msgspec.convert(GENERATE.implemented_fields(raw), GenerateReqInput)
     except msgspec.ValidationError as e:
         raise from_msgspec(e) from None
 
@@ -173,7 +186,7 @@ def normalize(obj: GenerateReqInput, limits: ModelLimits) -> list[GenerateItem]:
     hashes = _batch_entries(obj.mm_hashes, n, batch, "mm_hashes")
     listed = isinstance(obj.sampling_params, list)
     shared = {name: getattr(obj, name) for name in obj.__struct_fields__ if name not in _PER_PROMPT}
-    return [
+    items = [
         GenerateItem(
             rid=rids[i],
             sampling_params=parse_sampling(
@@ -191,6 +204,35 @@ def normalize(obj: GenerateReqInput, limits: ModelLimits) -> list[GenerateItem]:
         )
         for i in range(n)
     ]
+    return expand_samples(items, items[0].sampling_params.n)
+
+
+def expand_samples(items: list[GenerateItem], n: int) -> list[GenerateItem]:
+    """`n` independent samples of each item, in prompt order (item i's sample j at i * n + j).
+
+    Sample j of a seeded request gets the seed + j: reproducible, and not n copies of one draw.
+    """
+    if any(it.sampling_params.n != n for it in items):
+        raise RequestError("must be the same for every prompt of a batch", "sampling_params.n")
+    if n == 1:
+        return items
+    out: list[GenerateItem] = []
+    for it in items:
+        seed = it.sampling_params.random_seed
+        for j in range(n):
+            params = msgspec.structs.replace(
+                it.sampling_params,
+                n=1,
+                seed=None,
+                sampling_seed=None if seed is None else seed + j,
+            )
+            rid = f"{it.rid}-{j}"
+            out.append(
+                dataclasses.replace(
+                    it, rid=rid, sampling_params=params, index=len(out), in_batch=True
+                )
+            )
+    return out
 
 
 def _prompts(obj: GenerateReqInput, hidden: int) -> tuple[str, list[Any], bool]:
