@@ -145,10 +145,12 @@ def _raw(server, body: dict, status: int) -> dict:
 @pytest.mark.parametrize(
     ("body", "param"),
     [
-        ({"messages": [{"role": "user", "content": "hi"}], "n": 2}, "n"),
+        ({"messages": [{"role": "user", "content": "hi"}], "n": 0}, "n"),
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
-        ({"messages": [{"role": "user", "content": "x"}], "logprobs": True}, "logprobs"),
+        ({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}, "top_logprobs"),
+        ({"messages": [{"role": "user", "content": "x"}], "lora_path": "a"}, "lora_path"),
+        ({"messages": [{"role": "user", "content": "x"}], "tempreature": 0}, "tempreature"),
         ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, "max_tokens"),
         ({"messages": [{"role": "user", "content": "x"}], "top_p": 0}, "top_p"),
         (
@@ -209,7 +211,7 @@ def test_malformed_json_and_unknown_model(server, client):
 
 
 def test_node_keeps_serving_after_bad_input(server, client, model_id):
-    for body in ({"messages": "x"}, {"messages": [{"role": "user"}], "n": 3}):
+    for body in ({"messages": "x"}, {"messages": [{"role": "user"}], "n": 0}):
         _raw(server, body, 400)
     reply = client.chat.completions.create(
         model=model_id, messages=[{"role": "user", "content": "lift"}], max_tokens=3

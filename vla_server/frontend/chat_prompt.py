@@ -19,13 +19,31 @@ from jinja2 import TemplateError
 from vla_server.errors import RequestError
 
 
-def chat_prompt_ids(tokenizer: Any, messages: list[dict[str, Any]], field: str) -> list[int]:
-    """Token ids of `messages` followed by the assistant's generation prompt."""
+def chat_prompt_ids(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    field: str,
+    *,
+    continue_final_message: bool = False,
+    template_kwargs: dict[str, Any] | None = None,
+) -> list[int]:
+    """Token ids of `messages` followed by the assistant's generation prompt, or, with
+    `continue_final_message`, ending inside the last (assistant) message so generation
+    continues it. `template_kwargs` reach the template as variables (SGLang's
+    `chat_template_kwargs`)."""
     if not getattr(tokenizer, "chat_template", None):
         raise RequestError("this checkpoint has no chat template; use POST /generate", field)
     try:
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    except TemplateError as e:
+        text = tokenizer.apply_chat_template(
+            messages,
+            tokenize=False,
+            add_generation_prompt=not continue_final_message,
+            continue_final_message=continue_final_message,
+            **(template_kwargs or {}),
+        )
+    except TypeError as e:  # a template kwarg that collides with the ones set here
+        raise RequestError(str(e), "chat_template_kwargs") from None
+    except (TemplateError, ValueError) as e:
         raise RequestError(f"the model's chat template rejected the messages: {e}", field) from None
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 

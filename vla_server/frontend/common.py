@@ -12,16 +12,22 @@ from fastapi.responses import Response
 
 from vla_server.config import FrontendConfig
 from vla_server.errors import RequestError, from_msgspec
+from vla_server.frontend.field_tables import FieldTable
 from vla_server.frontend.tokenizer_manager import TokenizerManager
 
 T = TypeVar("T")
 
 
-async def request_body(request: Request, typ: type[T]) -> T:
-    """The JSON request body as `typ`; a malformed body or a bad field is a RequestError."""
+async def request_body(request: Request, typ: type[T], table: FieldTable | None = None) -> T:
+    """The JSON request body as `typ`; a malformed body or a bad field is a RequestError.
+    With a `table`, the body's fields are checked against it first and only its implemented
+    fields reach `typ`."""
     body = await request.body()
     try:
-        return msgspec.json.decode(body or b"{}", type=typ)
+        if table is None:
+            return msgspec.json.decode(body or b"{}", type=typ)
+        fields = table.implemented_fields(msgspec.json.decode(body or b"{}"))
+        return msgspec.convert(fields, typ)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         raise from_msgspec(e) from None
 

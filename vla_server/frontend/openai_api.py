@@ -1,9 +1,13 @@
-"""OpenAI-compatible routes on the TokenizerManager: `POST /v1/chat/completions`, `GET /v1/models`.
+"""OpenAI-compatible routes on the TokenizerManager: `POST /v1/chat/completions`,
+`POST /v1/completions`, `GET /v1/models`.
 
-The messages are rendered with the checkpoint's chat template (image parts become the image
-placeholder) and tokenized here; images travel as `image_data` in prompt order, so decoding,
-hashing and the embedding cache work exactly as for `POST /generate`. Without `max_tokens` a
-completion may use the rest of the context. Errors use OpenAI's shape,
+Both generation routes build the same normalised `GenerateItem`s as `POST /generate` (one per
+prompt, expanded to `n` samples by `generate_request.expand_samples`) and format the node's
+output chunks as OpenAI's objects (`openai_format.py`). Chat messages are rendered with the
+checkpoint's chat template (image parts become the image placeholder) and tokenized here;
+images travel as `image_data` in prompt order, so decoding, hashing and the embedding cache work
+exactly as for `POST /generate`. Without `max_tokens` a chat completion may use the rest of the
+context; a completion stops at 16 tokens (OpenAI's default). Errors use OpenAI's shape,
 `{"error": {"message", "type", "param", "code"}}`, with `param` naming the request field (an
 image's `messages[i].content[j].image_url`). The model id is the checkpoint folder's name; a
 request may name it or the full path, or leave `model` out.
@@ -13,7 +17,6 @@ from __future__ import annotations
 
 import re
 import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -32,19 +35,26 @@ from vla_server.frontend.common import (
     served_model_id,
     sse,
 )
-from vla_server.frontend.generate_request import GenerateItem, parse_sampling
+from vla_server.frontend.field_tables import CHAT_COMPLETIONS, COMPLETIONS
+from vla_server.frontend.generate_request import GenerateItem, expand_samples, parse_sampling
 from vla_server.frontend.node_handle import NodeHandle
+from vla_server.frontend.openai_format import ChatResponse, CompletionResponse
 from vla_server.frontend.openai_protocol import (
     ChatRequest,
-    finish_reason_name,
+    CompletionRequest,
     hf_messages,
     openai_error_body,
-    usage,
 )
 from vla_server.frontend.tokenizer_manager import ClientDisconnected, TokenizerManager
 
 _IMAGE_FIELD = re.compile(r"^image_data\[(\d+)\]")
-_SAMPLING_PARAM = {"max_new_tokens": "max_tokens"}
+_SAMPLING_PARAM = {
+    "max_new_tokens": "max_tokens",
+    "min_new_tokens": "min_tokens",
+    "sampling_seed": "seed",
+}
+COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+_Format = ChatResponse | CompletionResponse
 
 
 def _param(field: str | None, image_fields: list[str]) -> str | None:
@@ -56,54 +66,16 @@ def _param(field: str | None, image_fields: list[str]) -> str | None:
         return image_fields[int(m.group(1))]
     if field in ("image_data", "input_ids", "text"):
         return "messages"
-    if field.startswith("sampling_params."):
-        name = field.split(".", 1)[1]
+    if field.startswith("sampling_params"):
+        name = field.split(".", 1)[-1]
         return _SAMPLING_PARAM.get(name, name)
     return field
 
 
-def _error(e: RequestError, image_fields: list[str], code: str | None = None) -> Response:
+def _error(e: RequestError, image_fields: list[str]) -> Response:
+    code = "model_not_found" if e.status_code == 404 and e.field == "model" else None
     e.field = _param(e.field, image_fields)
     return json_response(openai_error_body(e, code), e.status_code)
-
-
-class _Completion:
-    """Builds the response objects of one chat completion."""
-
-    def __init__(self, model: str, include_usage: bool):
-        self.id = f"chatcmpl-{uuid.uuid4().hex}"
-        self.created = int(time.time())
-        self.model = model
-        self.include_usage = include_usage
-
-    def chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        out = self._head("chat.completion.chunk", [choice])
-        if self.include_usage:
-            out["usage"] = None
-        return out
-
-    def usage_chunk(self, meta: dict[str, Any]) -> dict[str, Any]:
-        return {**self._head("chat.completion.chunk", []), "usage": usage(meta)}
-
-    def full(self, out: dict[str, Any]) -> dict[str, Any]:
-        meta = out["meta_info"]
-        choice = {
-            "index": 0,
-            "message": {"role": "assistant", "content": out["text"]},
-            "logprobs": None,
-            "finish_reason": finish_reason_name(meta["finish_reason"]),
-        }
-        return {**self._head("chat.completion", [choice]), "usage": usage(meta)}
-
-    def _head(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "object": obj,
-            "created": self.created,
-            "model": self.model,
-            "choices": choices,
-        }
 
 
 def _default_max_tokens(tm: TokenizerManager, ids: list[int], num_images: int) -> int:
@@ -133,91 +105,133 @@ def add_openai_routes(app: FastAPI, node: NodeHandle) -> None:
         }
         return json_response({"object": "list", "data": [card]})
 
+    def check_model(body: ChatRequest | CompletionRequest) -> None:
+        if body.model is not None and body.model not in names:
+            raise RequestError(f"the model {body.model!r} does not exist", "model", 404)
+
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         image_fields: list[str] = []
         try:
-            body = await request_body(request, ChatRequest)
+            body = await request_body(request, ChatRequest, CHAT_COMPLETIONS)
             body.check()
-            if body.model is not None and body.model not in names:
-                err = RequestError(f"the model {body.model!r} does not exist", "model", 404)
-                return _error(err, image_fields, "model_not_found")
+            check_model(body)
             messages, urls, image_fields = hf_messages(body.messages)
-            completion = _Completion(model, body.include_usage)
-            ids = chat_prompt_ids(tm.tokenizer, messages, "messages")
-            # The completion's id is the request's, so POST /abort_request can name it.
-            item = _item(tm, body, ids, urls, completion.id)
-            return await _respond(tm, item, request, completion)
+            ids = chat_prompt_ids(
+                tm.tokenizer,
+                messages,
+                "messages",
+                continue_final_message=body.continue_final_message,
+                template_kwargs=body.chat_template_kwargs,
+            )
+            fmt = ChatResponse(model, body.n, body.stream_options, body.logprobs)
+            max_new = body.max_new_tokens or _default_max_tokens(tm, ids, len(urls))
+            # The completion's id is the request's (unless it names one), so POST
+            # /abort_request can name it.
+            base = _item(tm, body, body.rid or fmt.id, max_new, input_ids=ids, images=urls)
+            base.return_logprob = body.logprobs
+            base.top_logprobs_num = body.top_logprobs or 0
+            return await _respond(tm, expand_samples([base], body.n), request, fmt)
         except RequestError as e:
             return _error(e, image_fields)
 
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        try:
+            body = await request_body(request, CompletionRequest, COMPLETIONS)
+            body.check()
+            check_model(body)
+            kind, prompts = body.prompts()
+            fmt = CompletionResponse(model, body.n, body.stream_options, body.logprobs)
+            max_new = body.max_tokens or COMPLETION_DEFAULT_MAX_TOKENS
+            items, rid0 = [], body.rid or fmt.id
+            for i, p in enumerate(prompts):
+                rid = rid0 if len(prompts) == 1 else f"{rid0}-{i}"
+                item = _item(tm, body, rid, max_new, **{kind: p})
+                item.index = i
+                item.return_logprob = body.logprobs is not None
+                item.top_logprobs_num = body.logprobs or 0
+                items.append(item)
+            return await _respond(tm, expand_samples(items, body.n), request, fmt)
+        except RequestError as e:
+            return _error(e, [])
+
 
 def _item(
-    tm: TokenizerManager, body: ChatRequest, ids: list[int], urls: list[str], rid: str
+    tm: TokenizerManager,
+    body: ChatRequest | CompletionRequest,
+    rid: str,
+    max_new_tokens: int,
+    **prompt: Any,
 ) -> GenerateItem:
-    """The normalised request of a chat completion."""
+    """The normalised request of one prompt (`text`, `input_ids`, `images`) of an OpenAI body;
+    every OpenAI item is `in_batch`, so each output chunk names its choice."""
     assert tm.limits is not None
-    params = {
-        "max_new_tokens": body.max_new_tokens or _default_max_tokens(tm, ids, len(urls)),
-        "temperature": body.temperature,
-        "top_p": body.top_p,
-        "seed": body.seed,
-        "stop": [body.stop] if isinstance(body.stop, str) else body.stop or [],
-    }
     return GenerateItem(
         rid=rid,
-        sampling_params=parse_sampling(params, tm.limits),
-        input_ids=ids,
-        images=urls,
+        sampling_params=parse_sampling(body.sampling(max_new_tokens), tm.limits),
         stream=body.stream,
+        return_text_in_logprobs=True,
+        in_batch=True,
+        priority=body.priority,
+        session_id=body.session_id,
+        **prompt,
     )
 
 
 async def _respond(
-    tm: TokenizerManager, item: GenerateItem, request: Request, c: _Completion
+    tm: TokenizerManager, items: list[GenerateItem], request: Request, fmt: _Format
 ) -> Response:
-    gen = tm.generate_request([item], request)
-    if not item.stream:
+    gen = tm.generate_request(items, request)
+    if not items[0].stream:
         try:
-            out = [o async for o in gen][-1]
+            outs = [o async for o in gen][-1]
         except ClientDisconnected:
             return Response(status_code=499)
-        assert isinstance(out, dict)
-        err = finish_error(out)
-        if err is not None:
-            raise err
-        return json_response(c.full(out))
+        assert isinstance(outs, list)
+        for out in outs:
+            err = finish_error(out)
+            if err is not None:
+                raise err
+        return json_response(fmt.full(outs))
     first = await gen.__anext__()
     assert isinstance(first, dict)
     err = finish_error(first)
     if err is not None and not first.get("output_ids"):
         await gen.aclose()
         raise err
-    return StreamingResponse(_stream(tm, c, first, gen), media_type="text/event-stream")
+    rids = [it.rid for it in items]
+    return StreamingResponse(
+        _stream(tm, fmt, len(items), first, gen, rids), media_type="text/event-stream"
+    )
 
 
 async def _stream(
-    tm: TokenizerManager, c: _Completion, first: dict[str, Any], gen: AsyncIterator[Any]
+    tm: TokenizerManager,
+    fmt: _Format,
+    num_choices: int,
+    first: dict[str, Any],
+    gen: AsyncIterator[Any],
+    rids: list[str],
 ) -> AsyncIterator[bytes]:
-    """Role first, then content deltas, a finish chunk, the usage chunk if asked, `[DONE]`."""
+    """Chat's role deltas first, then each choice's deltas and finish as they come, the usage
+    chunk if asked, `[DONE]`."""
     try:
-        yield sse(c.chunk({"role": "assistant", "content": ""}))
+        if isinstance(fmt, ChatResponse):
+            for chunk in fmt.opening(num_choices):
+                yield sse(chunk)
         async for out in prepend(first, gen):
             err = finish_error(out)
             if err is not None:
                 raise err
-            if out["text"]:
-                yield sse(c.chunk({"content": out["text"]}))
-            finish = out["meta_info"]["finish_reason"]
-            if finish is not None:
-                yield sse(c.chunk({}, finish_reason_name(finish)))
-                if c.include_usage:
-                    yield sse(c.usage_chunk(out["meta_info"]))
-                break
+            for chunk in fmt.deltas(out):
+                yield sse(chunk)
+        if fmt.include_usage:
+            yield sse(fmt.usage_chunk())
     except ClientDisconnected:
         return
     except RequestError as e:  # the engine failed or the request was rejected mid-stream
         yield sse(openai_error_body(e))
     finally:
-        await close_response(tm, gen, [c.id])
+        await close_response(tm, gen, rids)
     yield SSE_DONE
