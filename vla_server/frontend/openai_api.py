@@ -117,21 +117,9 @@ def add_openai_routes(app: FastAPI, node: NodeHandle) -> None:
             body.check()
             check_model(body)
             messages, urls, image_fields = hf_messages(body.messages)
-            ids = chat_prompt_ids(
-                tm.tokenizer,
-                messages,
-                "messages",
-                continue_final_message=body.continue_final_message,
-                template_kwargs=body.chat_template_kwargs,
-            )
             fmt = ChatResponse(model, body.n, body.stream_options, body.logprobs)
-            max_new = body.max_new_tokens or _default_max_tokens(tm, ids, len(urls))
-            # The completion's id is the request's (unless it names one), so POST
-            # /abort_request can name it.
-            base = _item(tm, body, body.rid or fmt.id, max_new, input_ids=ids, images=urls)
-            base.return_logprob = body.logprobs
-            base.top_logprobs_num = body.top_logprobs or 0
-            return await _respond(tm, expand_samples([base], body.n), request, fmt)
+            items = _chat_items(tm, body, messages, urls, body.rid or fmt.id)
+            return await _respond(tm, items, request, fmt)
         except RequestError as e:
             return _error(e, image_fields)
 
@@ -141,20 +129,50 @@ def add_openai_routes(app: FastAPI, node: NodeHandle) -> None:
             body = await request_body(request, CompletionRequest, COMPLETIONS)
             body.check()
             check_model(body)
-            kind, prompts = body.prompts()
             fmt = CompletionResponse(model, body.n, body.stream_options, body.logprobs)
-            max_new = body.max_tokens or COMPLETION_DEFAULT_MAX_TOKENS
-            items, rid0 = [], body.rid or fmt.id
-            for i, p in enumerate(prompts):
-                rid = rid0 if len(prompts) == 1 else f"{rid0}-{i}"
-                item = _item(tm, body, rid, max_new, **{kind: p})
-                item.index = i
-                item.return_logprob = body.logprobs is not None
-                item.top_logprobs_num = body.logprobs or 0
-                items.append(item)
-            return await _respond(tm, expand_samples(items, body.n), request, fmt)
+            items = _completion_items(tm, body, body.rid or fmt.id)
+            return await _respond(tm, items, request, fmt)
         except RequestError as e:
             return _error(e, [])
+
+
+def _chat_items(
+    tm: TokenizerManager,
+    body: ChatRequest,
+    messages: list[dict[str, Any]],
+    urls: list[str],
+    rid: str,
+) -> list[GenerateItem]:
+    """The chat's prompt rendered by the chat template, as `n` items. The completion's id is
+    the request's (unless the body names one), so POST /abort_request can name it."""
+    ids = chat_prompt_ids(
+        tm.tokenizer,
+        messages,
+        "messages",
+        continue_final_message=body.continue_final_message,
+        template_kwargs=body.chat_template_kwargs,
+    )
+    max_new = body.max_new_tokens or _default_max_tokens(tm, ids, len(urls))
+    item = _item(tm, body, rid, max_new, input_ids=ids, images=urls)
+    item.return_logprob = body.logprobs
+    item.top_logprobs_num = body.top_logprobs or 0
+    return expand_samples([item], body.n)
+
+
+def _completion_items(
+    tm: TokenizerManager, body: CompletionRequest, rid: str
+) -> list[GenerateItem]:
+    """One item per prompt, each expanded to `n` samples (choice i * n + j)."""
+    kind, prompts = body.prompts()
+    max_new = body.max_tokens or COMPLETION_DEFAULT_MAX_TOKENS
+    items = []
+    for i, p in enumerate(prompts):
+        item = _item(tm, body, rid if len(prompts) == 1 else f"{rid}-{i}", max_new, **{kind: p})
+        item.index = i
+        item.return_logprob = body.logprobs is not None
+        item.top_logprobs_num = body.logprobs or 0
+        items.append(item)
+    return expand_samples(items, body.n)
 
 
 def _item(
