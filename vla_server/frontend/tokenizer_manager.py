@@ -3,8 +3,9 @@
 `generate_request` takes the normalised items a route made (steps 3-5 and 11 of the request path
 in docs/architecture.md): apply the session's defaults -> create per-rid state up front (a
 duplicate rid in flight is an error) -> pass the generation gate (wait while paused, then hold
-it through the whole response, so a weight update waits) -> tokenize -> send -> wait. A failure before dispatch removes the state; a failure after dispatch sends exactly one
-abort, and the scheduler's echo removes the state.
+it through the whole response, so a weight update waits) -> tokenize -> send -> wait. A failure
+before dispatch removes the state; a failure after dispatch sends exactly one abort, and the
+scheduler's echo removes the state.
 """
 
 from __future__ import annotations
