@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from vla_server.io_struct import MMItem, Tensor
+from vla_server.io_struct import MMItem, Tensor, TokenizedGenerateReqInput
 from vla_server.multimodal.prefill_images import PrefillImages
 
 PIXELS = Tensor.from_numpy(np.zeros((3, 2, 2), np.float32))
@@ -68,7 +68,13 @@ def test_releasing_a_requests_kv_releases_its_image_state():
     kv = KVCacheManager(
         ReqToTokenPool(2, 64), TokenToKVPool(64, 1, 1, 4, torch.float32), disable_radix=False
     )
-    req = Req("r", list(range(30)), SamplingParams(), mm_items=[item("a", 2, 20)])
+    wire = TokenizedGenerateReqInput(
+        rid="r",
+        input_ids=list(range(30)),
+        sampling_params=SamplingParams(),
+        mm_items=[item("a", 2, 20)],
+    )
+    req = Req.from_wire(wire)
     prefix, node = kv.match(req)
     kv.admit(req, prefix, node)
     slots = kv.alloc(8)
