@@ -82,5 +82,9 @@ def test_sglang_info_and_load_routes(demo):
         wait_idle(c)
         (load,) = c.get("/get_load").json()
         models = c.get("/v1/models").json()["data"]
+        assert c.get("/no/such/route").status_code == 404
+        metrics = c.get("/metrics").text
+    for route, status in (("/get_load", 200), ("/server_info", 200), ("unmatched", 404)):
+        assert f'vla_http_requests_total{{route="{route}",status="{status}"}}' in metrics
     assert load == {"dp_rank": 0, "num_reqs": 0, "num_waiting_reqs": 0, "num_tokens": 0}
     assert models[0]["root"] == str(demo.path)

@@ -26,6 +26,7 @@ from vla_server.frontend.common import (
     sse,
 )
 from vla_server.frontend.generate_request import GenerateItem, normalize, parse_body
+from vla_server.frontend.http_metrics import RequestCounter
 from vla_server.frontend.node_handle import NodeHandle
 from vla_server.frontend.openai_api import add_openai_routes
 from vla_server.frontend.openpi_policy import add_openpi_routes
@@ -98,6 +99,8 @@ def create_app(node: NodeHandle) -> FastAPI:
     app.add_exception_handler(RequestError, _request_error)
     if node.config.api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=node.config.api_key)
+    # Added last, so outermost: a request refused for its API key is counted too.
+    app.add_middleware(RequestCounter, counter=node.tokenizer_manager.metrics.http_requests)
     add_generate_route(app, node.tokenizer_manager)
     add_info_routes(app, node)
     add_load_route(app, node.tokenizer_manager)
