@@ -85,13 +85,22 @@ async def _drive(
     return [t for robot in per_robot for t in robot]
 
 
+def _generate_count(url: str) -> float:
+    """The node's answered `/generate` requests (vla_http_requests_total)."""
+    lines = httpx.get(url + "/metrics", timeout=30).text.splitlines()
+    mine = [x for x in lines if x.startswith('vla_http_requests_total{route="/generate"')]
+    return sum(float(x.rsplit(" ", 1)[1]) for x in mine)
+
+
 def _measure(
     policy: str, urls: list[str], bodies: list[dict[str, Any]], args: argparse.Namespace, logs: Path
 ) -> dict[str, Any]:
     for url in urls:
         assert httpx.post(url + "/flush_cache", timeout=60).json()["success"]
+    before = [_generate_count(u) for u in urls]
     with running_router(urls, policy=policy, log_path=logs / f"router-{policy}.log") as router:
         timings = asyncio.run(_drive(router.url, bodies, args.rounds, policy))
+    per_node = [int(_generate_count(u) - b) for u, b in zip(urls, before, strict=True)]
     metas = [t.last["meta_info"] for t in timings if t.last]
     prompt = sum(m["prompt_tokens"] for m in metas)
     cached = sum(m["cached_tokens"] for m in metas)
@@ -100,6 +109,7 @@ def _measure(
         "policy": policy,
         "requests": len(timings),
         "with_actions": sum(bool(t.actions_at) for t in timings),
+        "requests_per_node": per_node,
         "prefix_hit_rate": cached / prompt if prompt else float("nan"),
         "ttft_ms": summary_ms(ttft),
         "ttft_s": ttft,
@@ -130,6 +140,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "policy": r["policy"],
             "requests": r["requests"],
             "with actions": r["with_actions"],
+            "per node": "/".join(map(str, r["requests_per_node"])),
             "prefix hit rate": r["prefix_hit_rate"],
             "TTFT p50 ms": r["ttft_ms"]["p50"],
             "TTFT p99 ms": r["ttft_ms"]["p99"],
