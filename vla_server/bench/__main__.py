@@ -16,6 +16,7 @@ BENCHES = {
     "scheduler": "vla_server.bench.scheduler",
     "gpu": "vla_server.bench.gpu",
     "fleet": "vla_server.bench.fleet",
+    "ecosystem": "vla_server.bench.ecosystem",
     "bridge": "ros_bridge.bench_bridge",
 }
 # What a benchmark needs beyond `pip install vla-server`.
