@@ -1,6 +1,9 @@
 """Server-sent events from `/generate?stream`: line parsing and chunk validation (ROS-free).
 
 The server writes `data: {json}` events separated by blank lines and ends with `data: [DONE]`.
+As in SGLang, each event carries everything generated so far (`text`, `output_ids`) and the
+action vectors completed since the previous event (`actions`); the parser turns that into what
+is new per event. It needs the node's default stream (not `--incremental-streaming-output`).
 A line that is not an SSE field (`data`, `event`, `id`, `retry`) or a comment, an event whose
 payload is not a JSON object, or a chunk whose fields have the wrong types is *malformed*: it is
 counted and skipped, never raised, so one bad line cannot stop a robot's action stream.
@@ -10,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 DONE = "[DONE]"
@@ -34,6 +37,8 @@ class SseParser:
 
     malformed: int = 0
     _data: list[str] = field(default_factory=list)
+    _tokens: int = 0  # output tokens and text characters of the stream so far
+    _chars: int = 0
 
     def feed(self, line: str) -> list[StreamChunk | str]:
         if line == "":
@@ -67,11 +72,16 @@ class SseParser:
         if chunk is None:
             self.malformed += 1
             return []
-        return [chunk]
+        new = replace(
+            chunk, n_tokens=max(chunk.n_tokens - self._tokens, 0), text=chunk.text[self._chars :]
+        )
+        self._tokens, self._chars = max(chunk.n_tokens, self._tokens), len(chunk.text)
+        return [new]
 
 
 def parse_chunk(obj: Any) -> StreamChunk | None:
-    """The chunk, or None when a field has the wrong type (the whole event is then skipped)."""
+    """The chunk as sent (`n_tokens` and `text` so far), or None when a field has the wrong
+    type (the whole event is then skipped)."""
     if not isinstance(obj, dict):
         return None
     ids = obj.get("output_ids", [])

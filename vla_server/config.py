@@ -34,6 +34,11 @@ class ServerArgs:
     max_running_requests: int = _opt(32, "max requests decoding together")
     context_length: int | None = _opt(None, "override the model's context length")
     stream_interval: int = _opt(1, "send a streaming chunk every N tokens")
+    incremental_streaming_output: bool = _opt(
+        False,
+        "/generate stream chunks carry only the text and output_ids new since the previous "
+        "chunk (default, as SGLang: everything generated so far)",
+    )
     torch_num_threads: int | None = _opt(
         None, "torch CPU threads in the scheduler (default: all cores but two, at least one)"
     )
@@ -69,6 +74,15 @@ class ServerArgs:
     allow_remote_media: bool = _opt(False, "fetch http(s) image URLs (off by default)")
     mm_embedding_cache_mb: float = _opt(256.0, "byte budget of the vision-embedding cache, MB")
     served_model_name: str | None = _opt(None, "model id clients see (default: the folder name)")
+    default_num_actions: int | None = _opt(
+        None, "robot default: action vectors for a /generate request with images that names none"
+    )
+    default_unnorm_key: str | None = _opt(
+        None, "robot default: unnorm key of a robot request that names none"
+    )
+    default_deadline_ms: float | None = _opt(
+        None, "robot default: deadline (ms) of a robot request that names none"
+    )
     openpi_action_horizon: int = _opt(1, "openpi policy endpoint: actions per reply by default")
     openpi_image_keys: list[str] = field(
         default_factory=list,
@@ -161,6 +175,10 @@ class FrontendConfig:
     max_images_per_request: int
     allowed_local_media_path: str | None
     allow_remote_media: bool
+    incremental_streaming_output: bool
+    default_num_actions: int | None
+    default_unnorm_key: str | None
+    default_deadline_ms: float | None
     openpi_action_horizon: int
     openpi_image_keys: tuple[str, ...]
     openpi_unnorm_key: str | None

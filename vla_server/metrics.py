@@ -78,6 +78,12 @@ class ServerMetrics:
         )
         for source in MM_IMAGE_SOURCES:
             self.mm_images.labels(source)  # exported as 0 before the first image
+        self.http_requests = Counter(
+            "vla_http_requests",
+            "HTTP requests answered, by route (its template; `unmatched`: no route) and status",
+            ["route", "status"],
+            registry=r,
+        )
         self.deadline_misses = Counter(
             "vla_deadline_misses",
             "Requests ended because of their deadline",

@@ -42,8 +42,11 @@ def test_stream_concat_equals_non_stream(server):
     assert resp.headers["content-type"].startswith("text/event-stream")
     chunks = sse_events(resp.text)
     assert len(chunks) >= 2
-    assert "".join(ch["text"] for ch in chunks) == full["text"]
-    assert [t for ch in chunks for t in ch["output_ids"]] == full["output_ids"]
+    # SGLang's default: every chunk carries the text and ids so far.
+    assert chunks[-1]["text"] == full["text"] and chunks[-1]["output_ids"] == full["output_ids"]
+    for a, b in zip(chunks, chunks[1:], strict=False):
+        assert b["text"].startswith(a["text"])
+        assert b["output_ids"][: len(a["output_ids"])] == a["output_ids"]
     assert all(ch["meta_info"]["finish_reason"] is None for ch in chunks[:-1])
     last = chunks[-1]["meta_info"]
     assert last["finish_reason"] == {"type": "length", "length": 40}
@@ -267,10 +270,7 @@ def test_stop_strings_and_stop_token_ids(server):
             r = c.post("/generate", json=body)
             if stream:
                 chunks = sse_events(r.text)
-                got, fin = (
-                    "".join(ch["text"] for ch in chunks),
-                    chunks[-1]["meta_info"]["finish_reason"],
-                )
+                got, fin = chunks[-1]["text"], chunks[-1]["meta_info"]["finish_reason"]
             else:
                 got, fin = r.json()["text"], r.json()["meta_info"]["finish_reason"]
             assert got == text[: text.find(stop)]

@@ -91,8 +91,9 @@ def test_stream_delivers_each_action_when_its_last_token_arrives(demo):
     actions: list[list[float]] = []
     partial = 0  # chunks that end inside an action: proof the stream is finer than actions
     for chunk in chunks:
-        ids += chunk["output_ids"]
-        actions += chunk["actions"]
+        assert chunk["output_ids"][: len(ids)] == ids  # the ids so far, as SGLang streams
+        ids = chunk["output_ids"]
+        actions += chunk["actions"]  # only the actions completed since the previous chunk
         meta = chunk["meta_info"]
         assert meta["completion_tokens"] == len(ids)
         # Every action whose last token has arrived is in this chunk or an earlier one, and

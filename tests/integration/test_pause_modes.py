@@ -71,7 +71,7 @@ class Streams:
             async for line in r.aiter_lines():
                 if line.startswith("data: {"):
                     last = json.loads(line.removeprefix("data: "))
-                    got.extend(last["output_ids"])
+                    got[:] = last["output_ids"]  # each chunk carries the ids so far
         return last
 
     async def wait_started(self) -> None:

@@ -100,9 +100,9 @@ class FakeServer:
             finish = (self.finish or {"type": "length"}) if last else None
             if last:
                 self.final_chunk_at.append(time.monotonic())
-            chunk = {
-                "text": "t",
-                "output_ids": [i],
+            chunk = {  # as the node streams: text and ids so far, actions new
+                "text": "t" * (i + 1),
+                "output_ids": list(range(i + 1)),
                 "actions": [action] if action else [],
                 "meta_info": {"finish_reason": finish},
             }

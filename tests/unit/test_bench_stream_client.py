@@ -35,11 +35,11 @@ def test_intervals_cover_the_decode_time_once(steps):
 
 
 async def test_timed_stream_times_each_chunk_on_arrival(monkeypatch: pytest.MonkeyPatch):
-    chunks = [
+    chunks = [  # as the node streams them: the ids so far
         {"output_ids": [5]},
-        {"output_ids": []},  # carries no token: no interval ends here
-        {"output_ids": [6, 7]},
-        {"output_ids": [8], "actions": [[0.1]]},
+        {"output_ids": [5]},  # carries no new token: no interval ends here
+        {"output_ids": [5, 6, 7]},
+        {"output_ids": [5, 6, 7, 8], "actions": [[0.1]]},
     ]
     lines = [f"data: {json.dumps(c)}\n\n" for c in chunks] + ["data: [DONE]\n\n"]
     seen: list[dict] = []

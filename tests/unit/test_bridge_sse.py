@@ -11,7 +11,8 @@ from ros_bridge.sse import DONE, SseParser, StreamChunk, parse_chunk
 
 
 def chunk_json(ids: list[int], actions: list[list[float]] | None = None, finish=None) -> str:
-    body = {"text": "x", "output_ids": ids, "meta_info": {"finish_reason": finish}}
+    """An event as the node streams it: text and ids so far, the actions completed since."""
+    body = {"text": "x" * len(ids), "output_ids": ids, "meta_info": {"finish_reason": finish}}
     if actions is not None:
         body["actions"] = actions
     return json.dumps(body)
@@ -30,14 +31,16 @@ def test_server_stream_shape() -> None:
         "data: " + chunk_json([5]),
         "",
         ": keep-alive comment",
-        "data: " + chunk_json([6, 7], [[0.5, -1.0], [2, 3]], {"type": "length"}),
+        "data: " + chunk_json([5, 6, 7], [[0.5, -1.0], [2, 3]], {"type": "length"}),
         "",
         "data: [DONE]",
         "",
     ]
     first, second, done = feed_all(parser, lines)
-    assert first.n_tokens == 1 and first.actions == ()
-    assert second.n_tokens == 2 and second.actions == ((0.5, -1.0), (2.0, 3.0))
+    assert first.n_tokens == 1 and first.actions == () and first.text == "x"
+    assert (
+        second.n_tokens == 2 and second.text == "xx" and second.actions == ((0.5, -1.0), (2.0, 3.0))
+    )
     assert second.finish_reason == {"type": "length"}
     assert done == DONE and parser.malformed == 0
 
@@ -95,9 +98,11 @@ def test_parse_chunk_types() -> None:
 def test_any_mix_of_valid_and_broken_events(events: list[tuple[str, object]]) -> None:
     parser = SseParser()
     lines: list[str] = []
+    total = 0
     for kind, value in events:
         if kind == "ok":
-            lines += ["data: " + chunk_json(list(range(value))), ""]  # type: ignore[arg-type]
+            total += value  # type: ignore[operator]
+            lines += ["data: " + chunk_json(list(range(total))), ""]
         else:
             lines += [value, ""]  # type: ignore[list-item]
     out = feed_all(parser, lines)

@@ -15,6 +15,8 @@ BENCHES = {
     "multimodal": "vla_server.bench.multimodal",
     "scheduler": "vla_server.bench.scheduler",
     "gpu": "vla_server.bench.gpu",
+    "fleet": "vla_server.bench.fleet",
+    "ecosystem": "vla_server.bench.ecosystem",
     "bridge": "ros_bridge.bench_bridge",
 }
 # What a benchmark needs beyond `pip install vla-server`.

@@ -34,6 +34,8 @@ def token_intervals(arrivals: list[tuple[float, int]]) -> list[float]:
 
 
 async def timed_stream(client: httpx.AsyncClient, body: dict[str, Any]) -> StreamTiming:
+    """Times one `/generate` stream; its chunks carry the ids so far (the node's default, as
+    SGLang's), so a chunk's new tokens are the growth of `output_ids`."""
     t0 = time.perf_counter()
     arrivals: list[tuple[float, int]] = []  # (time, tokens) of each chunk that carries tokens
     timing = StreamTiming(ttft=float("nan"))
@@ -45,13 +47,13 @@ async def timed_stream(client: httpx.AsyncClient, body: dict[str, Any]) -> Strea
                 continue
             now = time.perf_counter()
             chunk = json.loads(line[6:])
-            n = len(chunk["output_ids"])
+            n = len(chunk["output_ids"]) - timing.tokens
             if n:
                 arrivals.append((now, n))
             if chunk.get("actions"):
                 timing.actions_at.append(now - t0)
             timing.tokens += n
-            timing.output_ids += chunk["output_ids"]
+            timing.output_ids = chunk["output_ids"]
             timing.last = chunk
     timing.e2e = time.perf_counter() - t0
     if arrivals:

@@ -21,6 +21,7 @@ from typing import Any
 from vla_server.config import FrontendConfig, NodeConfig, PortArgs, ServerArgs
 from vla_server.detokenizer.detokenizer_manager import run_detokenizer_process
 from vla_server.frontend.generate_request import GenerateItem, from_kwargs, normalize
+from vla_server.frontend.stream_output import stream_shaper
 from vla_server.frontend.tokenizer_manager import TokenizerManager
 from vla_server.frontend.watchdog import SubprocessWatchdog
 from vla_server.scheduler.process import run_scheduler_process
@@ -199,7 +200,9 @@ class Engine:
         return normalize(from_kwargs(**kwargs), limits)
 
     async def _collect(self, items: list[GenerateItem]) -> Any:
-        return [out async for out in self.tokenizer_manager.generate_request(items)][-1]
+        return [
+            out async for out in self.tokenizer_manager.generate_request(items, robot_defaults=True)
+        ][-1]
 
     def generate(self, **kwargs: Any) -> Any:
         """Same fields as POST /generate; a dict (a list for a batch), or an iterator of
@@ -209,12 +212,17 @@ class Engine:
             return self._iter_stream(items)
         return self._run(self._collect(items))
 
+    def _stream_shaper(self) -> Any:
+        """Chunks as POST /generate streams them (see frontend/stream_output.py)."""
+        return stream_shaper(self.tokenizer_manager.config.incremental_streaming_output)
+
     def _iter_stream(self, items: list[GenerateItem]) -> Iterator[dict[str, Any]]:
-        agen = self.tokenizer_manager.generate_request(items)
+        agen = self.tokenizer_manager.generate_request(items, robot_defaults=True)
+        shape = self._stream_shaper()
         try:
             while True:
                 try:
-                    yield self._run(agen.__anext__())
+                    yield shape(self._run(agen.__anext__()))
                 except StopAsyncIteration:
                     return
         finally:
@@ -229,7 +237,8 @@ class Engine:
         )
 
     async def _aiter_stream(self, items: list[GenerateItem]) -> AsyncIterator[dict[str, Any]]:
-        agen = self.tokenizer_manager.generate_request(items)
+        agen = self.tokenizer_manager.generate_request(items, robot_defaults=True)
+        shape = self._stream_shaper()
 
         def on_loop(coro: Any) -> Any:
             return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
@@ -237,7 +246,7 @@ class Engine:
         try:
             while True:
                 try:
-                    yield await on_loop(agen.__anext__())
+                    yield shape(await on_loop(agen.__anext__()))
                 except StopAsyncIteration:
                     return
         finally:

@@ -148,7 +148,7 @@ async def stream_actions(
     Raises RequestError for bad input (before any update) or a scheduler rejection, and
     ActionFailed when decoding the action tokens fails.
     """
-    gen = tm.generate_request([item], request)
+    gen = tm.generate_request([item], request, robot_defaults=True)
     try:
         async for chunk in gen:
             assert isinstance(chunk, dict)

@@ -4,7 +4,7 @@ Request (JSON; unknown fields are a 400):
     instruction: str                     the task, e.g. "pick up the red block"
     image_data: image | [image, ...]     one per camera, any form POST /generate accepts
     unnorm_key: str                      the robot/dataset statistics (optional if the checkpoint
-                                         has exactly one)
+                                         has exactly one or the node has --default-unnorm-key)
     num_actions: int = 1                 action vectors to generate
     mm_hashes: str | [str, ...]          optional caller image hashes (as in POST /generate)
     temperature: float = 0 (greedy), seed: int, rid: str
@@ -49,6 +49,7 @@ from vla_server.frontend.common import (
     served_model_id,
     sse,
 )
+from vla_server.frontend.generate_request import GenerateItem
 from vla_server.frontend.node_handle import NodeHandle
 from vla_server.frontend.tokenizer_manager import ClientDisconnected, TokenizerManager
 
@@ -60,8 +61,9 @@ def _failed(e: ActionFailed) -> dict[str, Any]:
 class _Reply:
     """Accumulates one query's actions and builds its reply or stream events."""
 
-    def __init__(self, tm: TokenizerManager, model: str, body: ActionsBody, rid: str):
-        self.tm, self.model, self.body, self.rid = tm, model, body, rid
+    def __init__(self, tm: TokenizerManager, model: str, body: ActionsBody, item: GenerateItem):
+        self.tm, self.model, self.body, self.item = tm, model, body, item
+        self.rid = item.rid
         self.actions: list[list[float]] = []
         self.token_ids: list[int] = []
 
@@ -102,7 +104,8 @@ class _Reply:
         meta = last.meta
         assert self.tm.mm.actions is not None
         return {
-            "unnorm_key": resolved_unnorm_key(self.tm, self.body.unnorm_key),
+            # the item's: the node's default fills it when the body names none
+            "unnorm_key": resolved_unnorm_key(self.tm, self.item.unnorm_key),
             "action_dim": self.tm.mm.actions.action_dim,
             "finish_reason": meta["finish_reason"]["type"],
             "usage": {
@@ -130,7 +133,7 @@ def add_actions_routes(app: FastAPI, node: NodeHandle) -> None:
         timing = ActionTiming()
         body = await request_body(request, ActionsBody)
         item = action_item(tm, body, timing)
-        reply = _Reply(tm, model, body, item.rid)
+        reply = _Reply(tm, model, body, item)
         updates = stream_actions(tm, item, timing, request)
         try:
             first = await updates.__anext__()

@@ -26,9 +26,11 @@ from vla_server.frontend.common import (
     sse,
 )
 from vla_server.frontend.generate_request import GenerateItem, normalize, parse_body
+from vla_server.frontend.http_metrics import RequestCounter
 from vla_server.frontend.node_handle import NodeHandle
 from vla_server.frontend.openai_api import add_openai_routes
 from vla_server.frontend.openpi_policy import add_openpi_routes
+from vla_server.frontend.stream_output import stream_shaper
 from vla_server.frontend.tokenizer_manager import ClientDisconnected, TokenizerManager
 from vla_server.model.sampling import SamplingParams
 
@@ -97,8 +99,11 @@ def create_app(node: NodeHandle) -> FastAPI:
     app.add_exception_handler(RequestError, _request_error)
     if node.config.api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=node.config.api_key)
+    # Added last, so outermost: a request refused for its API key is counted too.
+    app.add_middleware(RequestCounter, counter=node.tokenizer_manager.metrics.http_requests)
     add_generate_route(app, node.tokenizer_manager)
     add_info_routes(app, node)
+    add_load_route(app, node.tokenizer_manager)
     add_openai_routes(app, node)
     add_actions_routes(app, node)
     add_openpi_routes(app, node)
@@ -129,7 +134,7 @@ def add_generate_route(app: FastAPI, tm: TokenizerManager) -> None:
         obj = parse_body(await request.body())
         assert tm.limits is not None
         items = normalize(obj, tm.limits)
-        gen = tm.generate_request(items, request)
+        gen = tm.generate_request(items, request, robot_defaults=True)
         if not obj.stream:
             try:
                 out = [o async for o in gen][-1]
@@ -149,10 +154,11 @@ def add_generate_route(app: FastAPI, tm: TokenizerManager) -> None:
 async def _stream(
     tm: TokenizerManager, first: dict[str, Any], gen: AsyncIterator[Any], rids: list[str]
 ) -> AsyncIterator[bytes]:
+    shape = stream_shaper(tm.config.incremental_streaming_output)
     try:
-        yield sse(first)
+        yield sse(shape(first))
         async for chunk in gen:
-            yield sse(chunk)
+            yield sse(shape(chunk))
         yield SSE_DONE
     finally:
         await close_response(tm, gen, rids)
@@ -183,6 +189,8 @@ def add_info_routes(app: FastAPI, node: NodeHandle) -> None:
             return json_response({"status": "unhealthy", "reason": str(e) or "timeout"}, 503)
         return json_response({"status": "ok"})
 
+    # SGLang's current names first; sglang-router probes them, then the older /get_* ones.
+    @app.get("/model_info")
     @app.get("/get_model_info")
     async def model_info() -> Response:
         return json_response(
@@ -195,6 +203,7 @@ def add_info_routes(app: FastAPI, node: NodeHandle) -> None:
             }
         )
 
+    @app.get("/server_info")
     @app.get("/get_server_info")
     async def server_info() -> Response:
         state = await tm.control.internal_state()
@@ -212,6 +221,21 @@ def add_info_routes(app: FastAPI, node: NodeHandle) -> None:
     @app.get("/metrics")
     async def metrics() -> Response:
         return Response(tm.metrics.render(), media_type="text/plain; version=0.0.4")
+
+
+def add_load_route(app: FastAPI, tm: TokenizerManager) -> None:
+    @app.get("/get_load")
+    async def get_load() -> Response:
+        """SGLang's load report, one entry per data-parallel rank (this node has one), from the
+        scheduler's stats of its latest output; sglang-router sums `num_tokens` over them."""
+        s = tm.last_stats
+        load = {
+            "dp_rank": 0,
+            "num_reqs": s.num_running_reqs + s.num_waiting_reqs,
+            "num_waiting_reqs": s.num_waiting_reqs,
+            "num_tokens": s.kv_used_tokens,
+        }
+        return json_response([load])
 
 
 def add_control_routes(app: FastAPI, tm: TokenizerManager) -> None:

@@ -1,11 +1,11 @@
 """TokenizerManager: the main process's side of the ring (asyncio).
 
 `generate_request` takes the normalised items a route made (steps 3-5 and 11 of the request path
-in docs/architecture.md): apply the session's defaults -> create per-rid state up front (a
-duplicate rid in flight is an error) -> pass the generation gate (wait while paused, then hold
-it through the whole response, so a weight update waits) -> tokenize -> send -> wait. A failure
-before dispatch removes the state; a failure after dispatch sends exactly one abort, and the
-scheduler's echo removes the state.
+in docs/architecture.md): apply the session's and the node's robot defaults -> create per-rid
+state up front (a duplicate rid in flight is an error) -> pass the generation gate (wait while
+paused, then hold it through the whole response, so a weight update waits) -> tokenize -> send
+-> wait. A failure before dispatch removes the state; a failure after dispatch sends exactly one
+abort, and the scheduler's echo removes the state.
 """
 
 from __future__ import annotations
@@ -38,11 +38,12 @@ from vla_server.frontend.req_state import (
     logprob_delta,
     meta_info,
 )
-from vla_server.frontend.session_registry import SessionRegistry
+from vla_server.frontend.session_registry import NodeRobotDefaults, SessionRegistry
 from vla_server.io_struct import (
     AbortReq,
     BatchStrOutput,
     BatchTokenizedGenerateReqInput,
+    SchedulerStats,
     Tensor,
     TokenizedGenerateReqInput,
     decode_or_drop,
@@ -69,11 +70,14 @@ class TokenizerManager:
         self.tokenizer = tokenizer
         self.limits: ModelLimits | None = None  # known once the scheduler is ready
         self.mm: MultimodalFrontend
-        self.sessions = SessionRegistry()
+        self.sessions = SessionRegistry(NodeRobotDefaults.from_config(config))
         self.rid_to_state: dict[str, ReqState] = {}
         self.metrics = ServerMetrics()
         self.gate = GenerationGate()
         self.dead_reason: str | None = None
+        # The scheduler's stats as of its latest output (GET /get_load): each output carries
+        # them, and the last output of a request carries them after its KV was released.
+        self.last_stats = SchedulerStats(0, 0, 0, 0)
         self._ctx = zmq.asyncio.Context(2)
         self.recv_sock = zmq_socket(self._ctx, zmq.PULL, port_args.tokenizer_ipc_name, bind=True)
         self.send_sock = zmq_socket(
@@ -114,7 +118,7 @@ class TokenizerManager:
     # ---- outputs -----------------------------------------------------------------------------
 
     def _handle_batch_output(self, msg: BatchStrOutput) -> None:
-        s = msg.stats
+        s = self.last_stats = msg.stats
         self.metrics.num_running.set(s.num_running_reqs)
         self.metrics.num_waiting.set(s.num_waiting_reqs)
         self.metrics.observe_mm(s)
@@ -213,17 +217,19 @@ class TokenizerManager:
     # ---- requests ----------------------------------------------------------------------------
 
     async def generate_request(
-        self, items: list[GenerateItem], request: Any = None
+        self, items: list[GenerateItem], request: Any = None, robot_defaults: bool = False
     ) -> AsyncIterator[dict[str, Any] | list[dict[str, Any]]]:
         """Yield output chunks (streaming) or one final output (a list for a batch).
 
-        A caller that may be cancelled while this generator is suspended aborts its items
-        synchronously with `abort_if_pending` before closing it.
+        Streaming chunks carry what is new since the previous chunk (the routes shape them for
+        their clients). `robot_defaults`: the node's robot defaults apply (native routes only,
+        see `SessionRegistry.apply`). A caller that may be cancelled while this generator is
+        suspended aborts its items synchronously with `abort_if_pending` before closing it.
         """
         self.ensure_loops()
         self._check_alive()
         for item in items:
-            self.sessions.apply(item)
+            self.sessions.apply(item, robot_defaults)
         states = self._init_states(items)
         try:
             async with self.gate.generation():
