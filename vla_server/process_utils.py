@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import gc
 import logging
 import os
 import signal
@@ -50,6 +51,15 @@ def become_child_process(name: str) -> None:
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
 
 
+def freeze_startup_heap() -> None:
+    """Move everything alive after start-up (torch, transformers, the model, the tokenizer:
+    millions of objects) out of the cyclic GC's reach. Otherwise each full collection walks
+    them all: measured 230-260 ms in the main process, landing on whichever requests were in
+    flight (TTFT P90 of 8 streams 20 ms -> 240 ms, `python -m vla_server.bench serving`)."""
+    gc.collect()
+    gc.freeze()
+
+
 def parent_is_gone(parent_pid: int) -> bool:
     return os.getppid() != parent_pid
 
@@ -73,6 +83,7 @@ def run_child_process(
         logger.exception("%s failed to start", name)
         ready_pipe.send({"status": "error", "message": f"{type(e).__name__}: {e}"})
         sys.exit(1)
+    freeze_startup_heap()
     ready_pipe.send(ready_info(obj))
     ready_pipe.close()
     try:

@@ -24,6 +24,7 @@ from vla_server.frontend.generate_request import GenerateItem, from_kwargs, norm
 from vla_server.frontend.stream_output import stream_shaper
 from vla_server.frontend.tokenizer_manager import TokenizerManager
 from vla_server.frontend.watchdog import SubprocessWatchdog
+from vla_server.process_utils import freeze_startup_heap
 from vla_server.scheduler.process import run_scheduler_process
 
 logger = logging.getLogger(__name__)
@@ -132,6 +133,7 @@ def launch_node(server_args: ServerArgs) -> Node:
         info["max_total_num_tokens"],
         info["context_len"],
     )
+    freeze_startup_heap()  # the front end's share of the GC pauses, see process_utils
     return Node(args, configs, port_args, tm, procs, info)
 
 
