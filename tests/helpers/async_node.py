@@ -9,7 +9,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
+
+from tests.helpers.server import metric_sum
 
 POLL_TIMEOUT_S = 120.0  # generous: a loaded 2-core box may be slow, the tests never time steps
 
@@ -49,13 +50,7 @@ async def wait_idle(c: httpx.AsyncClient) -> dict[str, Any]:
 
 async def metric(c: httpx.AsyncClient, name: str, **labels: str) -> float:
     """Sum of the samples named `name` whose labels include `labels` (0 when none)."""
-    text = (await c.get("/metrics")).text
-    return sum(
-        s.value
-        for fam in text_string_to_metric_families(text)
-        for s in fam.samples
-        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
-    )
+    return metric_sum((await c.get("/metrics")).text, name, **labels)
 
 
 async def json_of(task: Awaitable[httpx.Response]) -> dict[str, Any]:

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from vla_server.server_subprocess import ServerProcess, free_port, run_server
 
@@ -59,21 +61,28 @@ def wait_idle(client: Any, timeout_s: float = 30.0) -> dict[str, Any]:
         time.sleep(0.1)
 
 
+def samples(text: str, name: str) -> list[Sample]:
+    """The samples named `name` in a /metrics page, read with prometheus_client's own parser."""
+    return [
+        s for fam in text_string_to_metric_families(text) for s in fam.samples if s.name == name
+    ]
+
+
+def metric_sum(text: str, name: str, **labels: str) -> float:
+    """Sum of the samples named `name` whose labels include `labels` (0 when none)."""
+    return sum(
+        s.value for s in samples(text, name) if all(s.labels.get(k) == v for k, v in labels.items())
+    )
+
+
 def metric_value(server: ServerProcess, name: str) -> float:
     """A metric's value, summed over its label sets (e.g. priority)."""
     text = server.client().get("/metrics").text
-    lines = [x for x in text.splitlines() if x.startswith((name + " ", name + "{"))]
-    assert lines, f"no metric {name}"
-    return sum(float(x.split()[-1]) for x in lines)
+    assert samples(text, name), f"no metric {name}"
+    return metric_sum(text, name)
 
 
 def metric_by_label(server: ServerProcess, name: str, label: str) -> dict[str, float]:
     """A labelled metric's value per value of `label`."""
     text = server.client().get("/metrics").text
-    out = {}
-    for line in text.splitlines():
-        if line.startswith(name + "{"):
-            labels, value = line[len(name) + 1 :].rsplit("} ", 1)
-            pairs = dict(p.split("=", 1) for p in labels.split(","))
-            out[pairs[label].strip('"')] = float(value)
-    return out
+    return {s.labels[label]: s.value for s in samples(text, name) if label in s.labels}
