@@ -19,7 +19,7 @@ import pytest
 
 from tests.helpers.images import image_payload, random_rgb
 from tests.helpers.server import run_server
-from tests.hf_reference import TIE_GAP, HFLlava, assert_same_greedy
+from tests.hf_reference import TIE_GAP, HFLlava, assert_same_greedy, greedy_ids
 from tests.tiny_checkpoints import make_llava
 
 NEW_TOKENS = 32
@@ -98,10 +98,21 @@ def test_greedy_with_images_matches_transformers(name, tmp_path):
         }
         for case, text, ims in zip(CASES, texts, images, strict=True)
     ]
+    # A placeholder without an image is an ordinary token (SGLang's and transformers' reading;
+    # random-token benchmarks produce such prompts).
+    no_image = f"a prompt that writes {hf.processor.image_token} but sends no image"
+    no_image_ids = hf.processor.tokenizer(no_image)["input_ids"]
+    no_image_ref = greedy_ids(hf.model, no_image_ids, NEW_TOKENS)
+    greedy = {"max_new_tokens": NEW_TOKENS, "temperature": 0}  # both stop at EOS
     with run_server(
         path, tmp_path, "--max-running-requests", "8", "--max-total-tokens", "4096"
     ) as server:
         outs = asyncio.run(serve_all(server, bodies))
+        (text_only,) = asyncio.run(
+            serve_all(server, [{"text": no_image, "sampling_params": greedy}])
+        )
+    assert text_only["meta_info"]["prompt_tokens"] == len(no_image_ids)
+    assert text_only["output_ids"] == no_image_ref, "a placeholder without an image"
     lines = []
     for i, (case, ref, out) in enumerate(zip(CASES, refs, outs, strict=True)):
         label = f"{name} request {i} ({len(case.forms)} image(s), {'+'.join(case.forms)})"

@@ -10,6 +10,7 @@ import socket
 import time
 
 import httpx
+import pytest
 
 from tests.helpers.async_node import (
     internal,
@@ -18,7 +19,7 @@ from tests.helpers.async_node import (
     wait_pending,
     wait_until,
 )
-from tests.helpers.server import idle_state, running_reqs
+from tests.helpers.server import idle_state, metric_sum, running_reqs
 
 BAD_BODIES = [
     {"text": "a", "sampling_params": {"top_p": 2}},
@@ -181,3 +182,50 @@ def _finished(c: httpx.Client, kind: str) -> float:
     text = c.get("/metrics").text
     prefix = f'vla_requests_total{{finish="{kind}"'
     return sum(float(ln.split()[-1]) for ln in text.splitlines() if ln.startswith(prefix))
+
+
+@pytest.mark.parametrize(
+    "path,body",
+    [
+        ("/generate", {"text": "pick", "stream": True}),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "pick"}], "stream": True},
+        ),
+    ],
+)
+def test_a_stream_whose_client_left_before_its_first_chunk_is_a_499(server, path, body):
+    """Benchmarks (guidellm, genai-bench) cancel streams that have not answered yet. Such a
+    request is held back by a pause here until its client has gone; then it is let through: it
+    must end as an abort in the scheduler and a 499 at the route, not as an ASGI error."""
+    data = json.dumps({**body, "max_tokens": 4} if "messages" in body else body).encode()
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(data)}\r\n\r\n"
+    ).encode()
+
+    async def run() -> None:
+        async with server.async_client() as c:
+            await pause(c, "in_place")
+            with socket.create_connection((server.host, server.port)) as raw:
+                raw.sendall(head + data)
+                await wait_pending(c, 1)
+            await resume(c)
+            await wait_pending(c, 0)
+
+    with server.client() as c:
+        before = metric_sum(c.get("/metrics").text, "vla_http_requests_total", route=path)
+        gone_before = _http_count(c, path, "499")
+        aborted_before = _finished(c, "abort")
+        asyncio.run(run())
+        assert _http_count(c, path, "499") == gone_before + 1
+        assert metric_sum(c.get("/metrics").text, "vla_http_requests_total", route=path) == (
+            before + 1
+        ), "the request was counted under another status"
+        assert _finished(c, "abort") == aborted_before + 1
+        assert "Exception in ASGI application" not in server.log()
+
+
+def _http_count(c: httpx.Client, route: str, status: str) -> float:
+    text = c.get("/metrics").text
+    return metric_sum(text, "vla_http_requests_total", route=route, status=status)

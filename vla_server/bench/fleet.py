@@ -11,6 +11,7 @@ rate is the share of prompt tokens the nodes served from their radix caches (`ca
 `prompt_tokens` of every reply), first requests included.
 
     python -m vla_server.bench fleet [--robots 4] [--nodes 2] [--rounds 12]
+        [--prompt shared-template|robot-first]
 """
 
 from __future__ import annotations
@@ -33,7 +34,13 @@ from vla_server.server_subprocess import running_server
 
 POLICIES = ("round_robin", "cache_aware")
 TASKS = ("pick up the red block", "open the top drawer", "fold the towel", "stack the cups")
-PROMPT = "In: What action should the robot take to {task}? Robot {robot}.\n<image>\nOut:"
+# The same words in two orders: sglang-router's cache_aware matches the text's leading
+# characters, so where the robot's own words stand decides where it routes each robot.
+_ASK = "In: What action should the robot take to {task}?"
+PROMPTS = {
+    "shared-template": _ASK + " Robot {robot}.\n<image>\nOut:",
+    "robot-first": "Robot {robot}. " + _ASK + "\n<image>\nOut:",
+}
 PROMPT_TOKENS_PER_ROBOT = 260  # the demo's 196 image tokens, the text, the actions
 
 
@@ -42,14 +49,15 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", type=int, default=2)
     p.add_argument("--rounds", type=int, default=12, help="requests per robot and policy")
     p.add_argument("--num-actions", type=int, default=1)
+    p.add_argument("--prompt", choices=list(PROMPTS), default="shared-template")
     p.add_argument("--out", type=Path, default=Path("bench_out/fleet"))
 
 
-def robot_body(robot: int, image: str) -> dict[str, Any]:
+def robot_body(robot: int, image: str, prompt: str = "shared-template") -> dict[str, Any]:
     """What a robot sends through the router: plain SGLang fields only."""
     task = TASKS[robot % len(TASKS)]
     return {
-        "text": PROMPT.format(task=task, robot=robot),
+        "text": PROMPTS[prompt].format(task=task, robot=robot),
         "image_data": image,
         "sampling_params": {"temperature": 0},
     }
@@ -122,9 +130,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     flags = ["--default-num-actions", str(args.num_actions), "--default-unnorm-key", "demo_arm"]
     flags += ["--max-total-tokens", str(kv)]
     frames = [camera_frames(1, 320, 240, 90, seed=r)[0] for r in range(args.robots)]
-    bodies = [robot_body(r, frame) for r, frame in enumerate(frames)]
+    bodies = [robot_body(r, frame, args.prompt) for r, frame in enumerate(frames)]
     print(
-        f"{args.robots} robots x {args.nodes} nodes, KV pool {kv} tokens each, {args.rounds} rounds"
+        f"{args.robots} robots x {args.nodes} nodes, KV pool {kv} tokens each, {args.rounds} "
+        f"rounds, {args.prompt} prompts"
     )
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         logs = Path(tmp)
@@ -154,6 +163,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "nodes": args.nodes,
         "rounds": args.rounds,
         "kv_tokens": kv,
+        "prompt": args.prompt,
         "results": results,
     }
     write_json(args.out / "fleet.json", out)

@@ -51,7 +51,7 @@ from vla_server.frontend.common import (
 )
 from vla_server.frontend.generate_request import GenerateItem
 from vla_server.frontend.node_handle import NodeHandle
-from vla_server.frontend.tokenizer_manager import ClientDisconnected, TokenizerManager
+from vla_server.frontend.tokenizer_manager import TokenizerManager
 
 
 def _failed(e: ActionFailed) -> dict[str, Any]:
@@ -148,8 +148,6 @@ def add_actions_routes(app: FastAPI, node: NodeHandle) -> None:
             return json_response(reply.final(last, timing))
         except ActionFailed as e:
             return json_response(_failed(e), 500)
-        except ClientDisconnected:
-            return Response(status_code=499)
 
 
 async def _events(

@@ -97,6 +97,7 @@ class ApiKeyMiddleware:
 def create_app(node: NodeHandle) -> FastAPI:
     app = FastAPI(title="vla-server", lifespan=_lifespan(node))
     app.add_exception_handler(RequestError, _request_error)
+    app.add_exception_handler(ClientDisconnected, _client_gone)
     if node.config.api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=node.config.api_key)
     # Added last, so outermost: a request refused for its API key is counted too.
@@ -128,6 +129,12 @@ async def _request_error(_: Request, e: RequestError) -> Response:
     return json_response(e.to_json(), e.status_code)
 
 
+async def _client_gone(_: Request, e: ClientDisconnected) -> Response:
+    """The caller left before the first byte of its answer (nginx's 499): its request was
+    aborted when it left; nothing is sent, the access log and the counter say 499."""
+    return Response(status_code=499)
+
+
 def add_generate_route(app: FastAPI, tm: TokenizerManager) -> None:
     @app.post("/generate")
     async def generate(request: Request) -> Response:
@@ -136,10 +143,7 @@ def add_generate_route(app: FastAPI, tm: TokenizerManager) -> None:
         items = normalize(obj, tm.limits)
         gen = tm.generate_request(items, request, robot_defaults=True)
         if not obj.stream:
-            try:
-                out = [o async for o in gen][-1]
-            except ClientDisconnected:
-                return Response(status_code=499)
+            out = [o async for o in gen][-1]
             err = finish_error(out) if isinstance(out, dict) else None
             return json_response(err.to_json(), err.status_code) if err else json_response(out)
         first = await gen.__anext__()

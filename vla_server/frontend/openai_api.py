@@ -202,10 +202,7 @@ async def _respond(
 ) -> Response:
     gen = tm.generate_request(items, request)
     if not items[0].stream:
-        try:
-            outs = [o async for o in gen][-1]
-        except ClientDisconnected:
-            return Response(status_code=499)
+        outs = [o async for o in gen][-1]
         assert isinstance(outs, list)
         for out in outs:
             err = finish_error(out)
