@@ -65,6 +65,10 @@ class ServerArgs:
     max_session_held_tokens: int = _opt(
         65536, "KV tokens open sessions may keep pinned; oldest sessions lose their pins first"
     )
+    max_request_bytes: int = _opt(
+        32 * 1024 * 1024,
+        "largest request body or openpi WebSocket message, in bytes (a few dozen camera frames)",
+    )
     max_image_bytes: int = _opt(20 * 1024 * 1024, "largest encoded image accepted, in bytes")
     max_image_pixels: int = _opt(4096 * 4096, "largest image accepted, in pixels (from its header)")
     max_images_per_request: int = _opt(8, "most images (cameras) in one request")
@@ -170,6 +174,7 @@ class FrontendConfig:
     api_key: str | None
     served_model_name: str | None
     default_priority_value: int
+    max_request_bytes: int
     max_image_bytes: int
     max_image_pixels: int
     max_images_per_request: int

@@ -45,11 +45,12 @@ def from_msgspec(err: Exception, prefix: str = "") -> RequestError:
     field = None
     m = _PATH.search(text)
     if m:
-        field = re.sub(r"\[(\d+)\]", r"[\1]", m.group(1)) or None
+        # An untyped decode only knows "somewhere in an array" (`$[...]`): that is the body.
+        field = "body" if "..." in m.group(1) else m.group(1) or None
         text = text[: m.start()]
-    unknown = re.search(r"unknown field `([^`]+)`", text)
-    if unknown:
-        field = ".".join(p for p in (field, unknown.group(1)) if p)
+    named = re.search(r"(?:unknown|missing required) field `([^`]+)`", text)
+    if named:
+        field = ".".join(p for p in (field, named.group(1)) if p)
     if prefix:
         field = f"{prefix}.{field}" if field else prefix
     return RequestError(text, field=field)

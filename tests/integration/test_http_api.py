@@ -173,11 +173,17 @@ def test_duplicate_rid_in_flight_is_rejected(server):
             result["status"] = r.status_code
             result["body"] = r.read()
 
-    t = threading.Thread(target=long_stream)
-    t.start()
+    # Paused, the node holds the first request in flight (its rid registered) for as long as
+    # the check takes: a running one could finish before the duplicate arrives.
     with server.client() as c:
-        wait_pending(c)
-        dup = c.post("/generate", json={"text": "pick", "rid": "dup-1"})
+        assert c.post("/pause_generation", json={"mode": "in_place"}).status_code == 200
+        t = threading.Thread(target=long_stream)
+        t.start()
+        try:
+            wait_pending(c)
+            dup = c.post("/generate", json={"text": "pick", "rid": "dup-1"})
+        finally:
+            assert c.post("/continue_generation").status_code == 200
         assert dup.status_code == 400 and dup.json()["error"]["field"] == "rid"
         assert "already in flight" in dup.json()["error"]["message"]
     t.join(60)

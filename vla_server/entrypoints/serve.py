@@ -54,6 +54,7 @@ def run_server(server_args: ServerArgs) -> None:
             port=launch.port,
             log_level=launch.log_level,
             timeout_graceful_shutdown=int(launch.graceful_shutdown_timeout),
+            ws_max_size=node.configs.frontend.max_request_bytes,
             access_log=False,
         )
         uvicorn.Server(config).run()

@@ -112,7 +112,9 @@ def resolved_unnorm_key(tm: TokenizerManager, unnorm_key: str | None) -> str | N
         raise RequestError(str(e), "unnorm_key") from None
 
 
-def action_item(tm: TokenizerManager, body: ActionsBody, timing: ActionTiming) -> GenerateItem:
+async def action_item(
+    tm: TokenizerManager, body: ActionsBody, timing: ActionTiming
+) -> GenerateItem:
     """The normalised request of an action query; records the prompt's time in `timing`."""
     if not body.instruction.strip():
         raise RequestError("must be a non-empty string", "instruction")
@@ -124,7 +126,11 @@ def action_item(tm: TokenizerManager, body: ActionsBody, timing: ActionTiming) -
         raise RequestError("an action query needs at least one image", "image_data")
     assert tm.limits is not None
     messages = instruction_messages(body.instruction, len(images))
-    ids = chat_prompt_ids(tm.tokenizer, messages, "instruction")
+    ids = await tm.text_encoder.run(
+        len(body.instruction),
+        "instruction",
+        lambda tokenizer: chat_prompt_ids(tokenizer, messages, "instruction"),
+    )
     timing.prompt_ms = timing.since_start()
     return GenerateItem(
         rid=body.rid or uuid.uuid4().hex,

@@ -132,7 +132,7 @@ def add_actions_routes(app: FastAPI, node: NodeHandle) -> None:
     async def actions(request: Request) -> Response:
         timing = ActionTiming()
         body = await request_body(request, ActionsBody)
-        item = action_item(tm, body, timing)
+        item = await action_item(tm, body, timing)
         reply = _Reply(tm, model, body, item)
         updates = stream_actions(tm, item, timing, request)
         try:

@@ -13,6 +13,7 @@ from fastapi.responses import Response
 from vla_server.config import FrontendConfig
 from vla_server.errors import RequestError, from_msgspec
 from vla_server.frontend.field_tables import FieldTable
+from vla_server.frontend.json_body import decode_json
 from vla_server.frontend.tokenizer_manager import TokenizerManager
 
 T = TypeVar("T")
@@ -22,13 +23,10 @@ async def request_body(request: Request, typ: type[T], table: FieldTable | None 
     """The JSON request body as `typ`; a malformed body or a bad field is a RequestError.
     With a `table`, the body's fields are checked against it first and only its implemented
     fields reach `typ`."""
-    body = await request.body()
+    raw = decode_json(await request.body() or b"{}")
     try:
-        if table is None:
-            return msgspec.json.decode(body or b"{}", type=typ)
-        fields = table.implemented_fields(msgspec.json.decode(body or b"{}"))
-        return msgspec.convert(fields, typ)
-    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        return msgspec.convert(raw if table is None else table.implemented_fields(raw), typ)
+    except msgspec.ValidationError as e:
         raise from_msgspec(e) from None
 
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from vla_server.errors import RequestError, from_msgspec
 from vla_server.frontend.field_tables import GENERATE, SAMPLING_PARAMS
+from vla_server.frontend.json_body import check_int_range, decode_json
 from vla_server.io_struct import SessionParams
 from vla_server.model.sampling import SamplingParams
 
@@ -92,9 +93,9 @@ def parse_sampling(
     except msgspec.ValidationError as e:
         raise from_msgspec(e, prefix=field) from None
     try:
-        params.validate(limits.vocab_size)
+        params.validate(limits.vocab_size, limits.context_len)
     except ValueError as e:
-        raise RequestError(str(e), field=f"{field}.{_field_of(e)}") from None
+        raise RequestError(str(e), field=".".join(filter(None, (field, _field_of(e))))) from None
     return params
 
 
@@ -149,6 +150,8 @@ class GenerateReqInput(msgspec.Struct, forbid_unknown_fields=True, omit_defaults
     session_params: SessionParams | None = None
 
 
+MAX_BATCH_ITEMS = 512
+
 _PER_PROMPT = frozenset(
     ("text", "input_ids", "input_embeds", "sampling_params", "rid", "return_logprob")
     + ("image_data", "mm_hashes")
@@ -156,14 +159,11 @@ _PER_PROMPT = frozenset(
 
 
 def parse_body(body: bytes) -> GenerateReqInput:
-    try:
-        raw = msgspec.json.decode(body)
-    except msgspec.DecodeError as e:
-        raise from_msgspec(e) from None
-    return _checked(raw)
+    return _checked(decode_json(body))
 
 
 def from_kwargs(**kwargs: Any) -> GenerateReqInput:
+    check_int_range(kwargs)
     return _checked(kwargs)
 
 
@@ -179,6 +179,7 @@ def normalize(obj: GenerateReqInput, limits: ModelLimits) -> list[GenerateItem]:
     n = len(prompts)
     if n == 0:
         raise RequestError("the batch is empty", field=kind)
+    check_batch_size(n, kind)
     params = _per_item(obj.sampling_params, n, "sampling_params", batch)
     rids = _rids(obj.rid, n, batch)
     want_lp = _per_item(obj.return_logprob, n, "return_logprob", batch)
@@ -204,16 +205,28 @@ def normalize(obj: GenerateReqInput, limits: ModelLimits) -> list[GenerateItem]:
         )
         for i in range(n)
     ]
-    return expand_samples(items, items[0].sampling_params.n)
+    return expand_samples(items, items[0].sampling_params.n, kind)
 
 
-def expand_samples(items: list[GenerateItem], n: int) -> list[GenerateItem]:
+def check_batch_size(count: int, field: str) -> None:
+    """A batch is for a handful of cameras or prompts; thousands in one request would hold
+    the node for minutes behind one connection."""
+    if count > MAX_BATCH_ITEMS:
+        raise RequestError(
+            f"{count} generations in one request; at most {MAX_BATCH_ITEMS} (prompts x n): "
+            "split the batch",
+            field,
+        )
+
+
+def expand_samples(items: list[GenerateItem], n: int, field: str) -> list[GenerateItem]:
     """`n` independent samples of each item, in prompt order (item i's sample j at i * n + j).
 
     Sample j of a seeded request gets the seed + j: reproducible, and not n copies of one draw.
     """
     if any(it.sampling_params.n != n for it in items):
         raise RequestError("must be the same for every prompt of a batch", "sampling_params.n")
+    check_batch_size(len(items) * n, field)
     if n == 1:
         return items
     out: list[GenerateItem] = []

@@ -17,6 +17,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from vla_server.errors import RequestError
 from vla_server.frontend.actions_api import add_actions_routes
+from vla_server.frontend.body_limit import BodyLimit
 from vla_server.frontend.common import (
     SSE_DONE,
     close_response,
@@ -98,6 +99,7 @@ def create_app(node: NodeHandle) -> FastAPI:
     app = FastAPI(title="vla-server", lifespan=_lifespan(node))
     app.add_exception_handler(RequestError, _request_error)
     app.add_exception_handler(ClientDisconnected, _client_gone)
+    app.add_middleware(BodyLimit, max_bytes=node.config.max_request_bytes)
     if node.config.api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=node.config.api_key)
     # Added last, so outermost: a request refused for its API key is counted too.

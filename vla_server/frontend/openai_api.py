@@ -20,6 +20,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
@@ -36,7 +37,12 @@ from vla_server.frontend.common import (
     sse,
 )
 from vla_server.frontend.field_tables import CHAT_COMPLETIONS, COMPLETIONS
-from vla_server.frontend.generate_request import GenerateItem, expand_samples, parse_sampling
+from vla_server.frontend.generate_request import (
+    GenerateItem,
+    check_batch_size,
+    expand_samples,
+    parse_sampling,
+)
 from vla_server.frontend.node_handle import NodeHandle
 from vla_server.frontend.openai_format import ChatResponse, CompletionResponse
 from vla_server.frontend.openai_protocol import (
@@ -57,24 +63,33 @@ COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 _Format = ChatResponse | CompletionResponse
 
 
-def _param(field: str | None, image_fields: list[str]) -> str | None:
-    """A node field name (`image_data[1]`, `sampling_params.top_p`) as the OpenAI request's."""
+def _param(field: str | None, image_fields: list[str], prompt: str, max_tokens: str) -> str | None:
+    """A node field name (`image_data[1]`, `sampling_params.top_p`) as the OpenAI request's:
+    its prompt is `prompt` (messages or prompt), its length limit `max_tokens` as it wrote it."""
     if field is None:
         return None
     m = _IMAGE_FIELD.match(field)
     if m and int(m.group(1)) < len(image_fields):
         return image_fields[int(m.group(1))]
     if field in ("image_data", "input_ids", "text"):
-        return "messages"
+        return prompt
     if field.startswith("sampling_params"):
         name = field.split(".", 1)[-1]
-        return _SAMPLING_PARAM.get(name, name)
+        return max_tokens if name == "max_new_tokens" else _SAMPLING_PARAM.get(name, name)
     return field
 
 
-def _error(e: RequestError, image_fields: list[str]) -> Response:
+def _error(
+    e: RequestError,
+    image_fields: list[str],
+    prompt: str = "messages",
+    body: ChatRequest | CompletionRequest | None = None,
+) -> Response:
     code = "model_not_found" if e.status_code == 404 and e.field == "model" else None
-    e.field = _param(e.field, image_fields)
+    newer = body is not None and getattr(body, "max_completion_tokens", None) is not None
+    e.field = _param(
+        e.field, image_fields, prompt, "max_completion_tokens" if newer else "max_tokens"
+    )
     return json_response(openai_error_body(e, code), e.status_code)
 
 
@@ -112,16 +127,17 @@ def add_openai_routes(app: FastAPI, node: NodeHandle) -> None:
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         image_fields: list[str] = []
+        body = None
         try:
             body = await request_body(request, ChatRequest, CHAT_COMPLETIONS)
             body.check()
             check_model(body)
             messages, urls, image_fields = hf_messages(body.messages)
             fmt = ChatResponse(model, body.n, body.stream_options, body.logprobs)
-            items = _chat_items(tm, body, messages, urls, body.rid or fmt.id)
+            items = await _chat_items(tm, body, messages, urls, body.rid or fmt.id)
             return await _respond(tm, items, request, fmt)
         except RequestError as e:
-            return _error(e, image_fields)
+            return _error(e, image_fields, "messages", body)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
@@ -133,10 +149,10 @@ def add_openai_routes(app: FastAPI, node: NodeHandle) -> None:
             items = _completion_items(tm, body, body.rid or fmt.id)
             return await _respond(tm, items, request, fmt)
         except RequestError as e:
-            return _error(e, [])
+            return _error(e, [], "prompt")
 
 
-def _chat_items(
+async def _chat_items(
     tm: TokenizerManager,
     body: ChatRequest,
     messages: list[dict[str, Any]],
@@ -145,18 +161,22 @@ def _chat_items(
 ) -> list[GenerateItem]:
     """The chat's prompt rendered by the chat template, as `n` items. The completion's id is
     the request's (unless the body names one), so POST /abort_request can name it."""
-    ids = chat_prompt_ids(
-        tm.tokenizer,
-        messages,
+    ids = await tm.text_encoder.run(
+        len(msgspec.json.encode(messages)),
         "messages",
-        continue_final_message=body.continue_final_message,
-        template_kwargs=body.chat_template_kwargs,
+        lambda tokenizer: chat_prompt_ids(
+            tokenizer,
+            messages,
+            "messages",
+            continue_final_message=body.continue_final_message,
+            template_kwargs=body.chat_template_kwargs,
+        ),
     )
     max_new = body.max_new_tokens or _default_max_tokens(tm, ids, len(urls))
     item = _item(tm, body, rid, max_new, input_ids=ids, images=urls)
     item.return_logprob = body.logprobs
     item.top_logprobs_num = body.top_logprobs or 0
-    return expand_samples([item], body.n)
+    return expand_samples([item], body.n, "n")
 
 
 def _completion_items(
@@ -164,6 +184,7 @@ def _completion_items(
 ) -> list[GenerateItem]:
     """One item per prompt, each expanded to `n` samples (choice i * n + j)."""
     kind, prompts = body.prompts()
+    check_batch_size(len(prompts), "prompt")
     max_new = body.max_tokens or COMPLETION_DEFAULT_MAX_TOKENS
     items = []
     for i, p in enumerate(prompts):
@@ -172,7 +193,7 @@ def _completion_items(
         item.return_logprob = body.logprobs is not None
         item.top_logprobs_num = body.logprobs or 0
         items.append(item)
-    return expand_samples(items, body.n)
+    return expand_samples(items, body.n, "prompt")
 
 
 def _item(

@@ -76,7 +76,8 @@ def _metadata(node: NodeHandle, cfg: OpenpiConfig) -> dict[str, Any]:
 async def _infer(tm: TokenizerManager, body: ActionsBody) -> dict[str, Any]:
     timing = ActionTiming()
     actions: list[list[float]] = []
-    async for update in stream_actions(tm, action_item(tm, body, timing), timing):
+    item = await action_item(tm, body, timing)
+    async for update in stream_actions(tm, item, timing):
         actions += update.actions
         if update.finished and update.meta["finish_reason"]["type"] != "length":
             raise ActionFailed(f"the query ended early: {update.meta['finish_reason']}")

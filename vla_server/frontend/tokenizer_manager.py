@@ -39,6 +39,7 @@ from vla_server.frontend.req_state import (
     meta_info,
 )
 from vla_server.frontend.session_registry import NodeRobotDefaults, SessionRegistry
+from vla_server.frontend.text_encoder import TextEncoder
 from vla_server.io_struct import (
     AbortReq,
     BatchStrOutput,
@@ -70,6 +71,7 @@ class TokenizerManager:
         self.tokenizer = tokenizer
         self.limits: ModelLimits | None = None  # known once the scheduler is ready
         self.mm: MultimodalFrontend
+        self.text_encoder: TextEncoder
         self.sessions = SessionRegistry(NodeRobotDefaults.from_config(config))
         self.rid_to_state: dict[str, ReqState] = {}
         self.metrics = ServerMetrics()
@@ -263,6 +265,7 @@ class TokenizerManager:
         """Called once the scheduler reports ready: model limits and the multimodal front end."""
         self.limits = ModelLimits(info["vocab_size"], info["hidden_size"], info["context_len"])
         self.mm = MultimodalFrontend(self.config, self.tokenizer, info)
+        self.text_encoder = TextEncoder(self.tokenizer, info["context_len"])
 
     async def _timed_tokenize(self, state: ReqState) -> TokenizedGenerateReqInput:
         start = time.perf_counter()
@@ -275,7 +278,7 @@ class TokenizerManager:
         arrival, before any pause wait and image decoding) is when a `deadline_ms` without
         `capture_time` starts counting."""
         assert self.limits is not None
-        ids, embeds, field = self._prompt_ids(item)
+        ids, embeds, field = await self._prompt_ids(item)
         ids, mm_items = await self.mm.expand(item, ids, field)
         check_prompt_length(len(ids), self.limits, field)
         action_tokens = self.mm.action_tokens(item, len(ids), self.limits.context_len)
@@ -307,7 +310,7 @@ class TokenizerManager:
             session_params=item.session_params,
         )
 
-    def _prompt_ids(self, item: GenerateItem) -> tuple[list[int], Tensor | None, str]:
+    async def _prompt_ids(self, item: GenerateItem) -> tuple[list[int], Tensor | None, str]:
         """The prompt's token ids (placeholders for embeddings), its embeddings, its field."""
         assert self.limits is not None
         if item.input_embeds is not None:
@@ -316,7 +319,7 @@ class TokenizerManager:
             ids = [0] * item.input_embeds.shape[0]
             return ids, Tensor.from_numpy(item.input_embeds), "input_embeds"
         if item.text is not None:
-            return self.tokenizer(item.text)["input_ids"], None, "text"
+            return await self.text_encoder.encode(item.text), None, "text"
         ids = list(item.input_ids or [])
         check_token_ids(ids, self.limits, "input_ids")
         return ids, None, "input_ids"

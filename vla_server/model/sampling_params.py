@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import msgspec
 
+MAX_N = 128  # OpenAI's bound on `n`: more samples of one prompt is a batch job, not a request
+# Every stop string is checked against the text's tail at every step of the request.
+MAX_STOPS, MAX_STOP_CHARS = 64, 1024
+
 
 class SamplingParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_new_tokens: int = 128
@@ -50,10 +54,13 @@ class SamplingParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             or self.min_new_tokens > 0
         )
 
-    def validate(self, vocab_size: int) -> None:
-        """Raise ValueError naming the first invalid field."""
+    def validate(self, vocab_size: int, context_len: int | None = None) -> None:
+        """Raise ValueError naming the first invalid field. More new tokens than the context
+        holds is an error, as in SGLang (a silent clamp hides a client's mistake)."""
+        max_new = f"must be in [0, {context_len}) (the context length)" if context_len else ""
         checks = (
             ("max_new_tokens", self.max_new_tokens >= 0, "must be >= 0"),
+            ("max_new_tokens", not context_len or self.max_new_tokens < context_len, max_new),
             ("temperature", self.temperature >= 0, "must be >= 0"),
             ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
             ("top_k", self.top_k == -1 or self.top_k >= 1, "must be -1 (off) or >= 1"),
@@ -62,6 +69,11 @@ class SamplingParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                 "stop_token_ids",
                 all(0 <= t < vocab_size for t in self.stop_token_ids),
                 f"must be token ids in [0, {vocab_size})",
+            ),
+            (
+                "stop",
+                len(self.stop) <= MAX_STOPS and all(len(x) <= MAX_STOP_CHARS for x in self.stop),
+                f"must be at most {MAX_STOPS} strings of at most {MAX_STOP_CHARS} characters",
             ),
             ("frequency_penalty", -2 <= self.frequency_penalty <= 2, "must be in [-2, 2]"),
             ("presence_penalty", -2 <= self.presence_penalty <= 2, "must be in [-2, 2]"),
@@ -76,11 +88,13 @@ class SamplingParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                 all(_token_key(k, vocab_size) for k in self.logit_bias or {}),
                 f"keys must be token ids in [0, {vocab_size})",
             ),
-            ("n", self.n >= 1, "must be >= 1"),
+            ("n", 1 <= self.n <= MAX_N, f"must be in [1, {MAX_N}]"),
         )
         for name, ok, rule in checks:
             if not ok:
-                raise ValueError(f"{name} {rule}, got {getattr(self, name)!r}")
+                got = repr(getattr(self, name))
+                got = got if len(got) <= 80 else got[:80] + "..."  # a hostile value is long
+                raise ValueError(f"{name} {rule}, got {got}")
 
 
 def _token_key(key: str, vocab_size: int) -> bool:

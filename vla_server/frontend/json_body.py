@@ -1,0 +1,48 @@
+"""Every route's JSON body through one door: decoded by msgspec, refused with a 4xx naming the
+place when hostile, in bounded time and memory.
+
+msgspec already refuses NaN/Infinity literals, numbers beyond a double (`1e999`), lone
+surrogates and truncated input; nesting deeper than its recursion guard raises RecursionError,
+which is a 400 here, not a 500. Integers, though, decode unbounded, and one beyond 64 bits would
+reach the wire encoder (msgpack) and fail there: they are found here and named.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+
+from vla_server.errors import RequestError, from_msgspec
+
+INT64 = (-(2**63), 2**63 - 1)
+# An integer literal of 19+ digits outside a string is the only way to exceed int64; the scan
+# runs in C, so the Python walk below happens only for bodies that may hold one.
+_LONG_INT = re.compile(rb'(?<![\w."\\])-?\d{19,}')
+
+
+def decode_json(body: bytes) -> Any:
+    """The body's JSON value; a malformed, too deeply nested or out-of-range body is a 400."""
+    try:
+        value = msgspec.json.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise from_msgspec(e) from None
+    except RecursionError:
+        raise RequestError("JSON is nested too deeply", "body") from None
+    if _LONG_INT.search(body):
+        check_int_range(value)
+    return value
+
+
+def check_int_range(value: Any, path: str = "") -> None:
+    """Raise naming the first integer outside int64 (iterative: the depth is msgspec's)."""
+    stack: list[tuple[str, Any]] = [(path, value)]
+    while stack:
+        where, v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend((f"{where}.{k}" if where else str(k), x) for k, x in v.items())
+        elif isinstance(v, list):
+            stack.extend((f"{where}[{i}]", x) for i, x in enumerate(v))
+        elif type(v) is int and not INT64[0] <= v <= INT64[1]:
+            raise RequestError(f"{v} is outside the 64-bit integer range", where or "body")
