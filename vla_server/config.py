@@ -12,6 +12,8 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
+from vla_server.process_utils import IDLE_POLL_MS
+
 
 def _opt(default: Any, help: str, **kw: Any) -> Any:
     return field(default=default, metadata={"help": help, **kw})
@@ -96,6 +98,15 @@ class ServerArgs:
     )
     openpi_unnorm_key: str | None = _opt(None, "openpi policy endpoint: default unnorm key")
     watchdog_interval: float = _opt(0.2, "seconds between child liveness checks")
+    watchdog_timeout: float = _opt(
+        300.0,
+        "seconds the scheduler or the detokenizer may go without a heartbeat (one per loop "
+        "iteration, at least one a second when idle or paused) before it counts as hung: "
+        "/health answers 503 and the node exits 1. 300 (SGLang's default; at least 2) covers "
+        "the longest the scheduler's loop may block in one go: a cold Triton compile, a "
+        "prefill chunk of a 7B model on CPU, a /update_weights_from_disk load (it runs on "
+        "that loop)",
+    )
     graceful_shutdown_timeout: float = _opt(5.0, "seconds SIGTERM waits for in-flight requests")
 
     def resolved_tokenizer_path(self) -> str:
@@ -240,7 +251,14 @@ class LaunchConfig:
     port: int
     log_level: str
     watchdog_interval: float
+    watchdog_timeout: float
     graceful_shutdown_timeout: float
+
+    def __post_init__(self) -> None:
+        # An idle, healthy child beats only once per IDLE_POLL_MS.
+        floor = 2 * IDLE_POLL_MS / 1000
+        if not self.watchdog_timeout >= floor:
+            raise ValueError(f"--watchdog-timeout must be at least {floor:g} seconds")
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import signal
 import sys
 from collections.abc import Callable
 from multiprocessing.connection import Connection
+from multiprocessing.context import BaseContext
 from typing import Any, NoReturn, TypeVar
 
 import zmq
@@ -20,6 +21,10 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 LOG_FORMAT = "[%(asctime)s %(processName)s] %(levelname)s %(name)s: %(message)s"
+
+# The longest a child's loop sleeps on its sockets, so the longest an idle, healthy child goes
+# without a heartbeat; --watchdog-timeout must stay well above it.
+IDLE_POLL_MS = 1000
 
 
 def configure_logging(level: str) -> None:
@@ -58,6 +63,24 @@ def freeze_startup_heap() -> None:
     flight (TTFT P90 of 8 streams 20 ms -> 240 ms, `python -m vla_server.bench serving`)."""
     gc.collect()
     gc.freeze()
+
+
+class Heartbeat:
+    """A count in shared memory that a child process bumps once per iteration of its loop; the
+    main process's watchdog takes a count that stops moving as a hung child.
+
+    No lock: the child is the only writer, and a child stopped while holding a lock would
+    block the watchdog that is there to notice it."""
+
+    def __init__(self, ctx: BaseContext) -> None:
+        self._count = ctx.RawValue(ctypes.c_uint64, 0)
+
+    def beat(self) -> None:
+        self._count.value += 1
+
+    @property
+    def count(self) -> int:
+        return self._count.value
 
 
 def parent_is_gone(parent_pid: int) -> bool:

@@ -21,6 +21,7 @@ import zmq.asyncio
 
 from tests.tiny_checkpoints import make_tokenizer
 from vla_server.config import PortArgs, ServerArgs
+from vla_server.errors import RequestError
 from vla_server.frontend.generate_request import GenerateItem
 from vla_server.frontend.tokenizer_manager import BACKLOG_WARN_CHUNKS, TokenizerManager
 from vla_server.io_struct import (
@@ -183,3 +184,17 @@ async def test_a_finished_stream_sends_no_abort(ring):
     ring.tm.abort_if_pending(["done"])
     await gen.aclose()
     assert _aborts(await ring.until_marker(), "done") == 0
+
+
+async def test_marked_dead_from_the_watchdog_thread_a_stream_and_new_requests_fail_with_503(ring):
+    gen, _ = await _started_stream(ring, "stuck")
+    reason = "scheduler process (pid 4242) hung: no heartbeat for 3.1 s (--watchdog-timeout 3 s)"
+    await asyncio.to_thread(ring.tm.mark_dead_threadsafe, reason)
+    assert ring.tm.dead_reason == reason  # what /health answers, set before the loop runs
+    with pytest.raises(RequestError) as in_flight:
+        await asyncio.wait_for(gen.__anext__(), LIVENESS_S)
+    item = GenerateItem("new", SamplingParams(max_new_tokens=1), input_ids=[5])
+    with pytest.raises(RequestError) as new:
+        await anext(ring.tm.generate_request([item]))
+    for err in (in_flight.value, new.value):
+        assert err.status_code == 503 and reason in err.message

@@ -18,7 +18,13 @@ from vla_server.io_struct import (
     encode,
 )
 from vla_server.multimodal.action_tokenizer import load_action_tokenizer
-from vla_server.process_utils import parent_is_gone, run_child_process, zmq_socket
+from vla_server.process_utils import (
+    IDLE_POLL_MS,
+    Heartbeat,
+    parent_is_gone,
+    run_child_process,
+    zmq_socket,
+)
 
 
 class DetokenizerManager:
@@ -86,11 +92,12 @@ class DetokenizerManager:
         # read_offsets is non-zero only on a request's first chunk (it carries the context length)
         return [off > 0 for off in msg.read_offsets]
 
-    def event_loop(self, parent_pid: int) -> None:
+    def event_loop(self, parent_pid: int, heartbeat: Heartbeat) -> None:
         poller = zmq.Poller()
         poller.register(self.recv_sock, zmq.POLLIN)
         while True:
-            if not poller.poll(1000):
+            heartbeat.beat()
+            if not poller.poll(IDLE_POLL_MS):
                 if parent_is_gone(parent_pid):
                     return
                 continue
@@ -100,7 +107,11 @@ class DetokenizerManager:
 
 
 def run_detokenizer_process(
-    cfg: DetokenizerConfig, port_args: PortArgs, ready_pipe: Connection, parent_pid: int
+    cfg: DetokenizerConfig,
+    port_args: PortArgs,
+    ready_pipe: Connection,
+    parent_pid: int,
+    heartbeat: Heartbeat,
 ) -> None:
     """Reports ready once its sockets are up, so the node never answers /health before the
     path back to the clients exists."""
@@ -110,5 +121,5 @@ def run_detokenizer_process(
         ready_pipe,
         build=lambda: DetokenizerManager(cfg, port_args),
         ready_info=lambda _: {"status": "ready"},
-        serve=lambda manager: manager.event_loop(parent_pid),
+        serve=lambda manager: manager.event_loop(parent_pid, heartbeat),
     )

@@ -24,7 +24,7 @@ from vla_server.frontend.generate_request import GenerateItem, from_kwargs, norm
 from vla_server.frontend.stream_output import stream_shaper
 from vla_server.frontend.tokenizer_manager import TokenizerManager
 from vla_server.frontend.watchdog import SubprocessWatchdog
-from vla_server.process_utils import freeze_startup_heap
+from vla_server.process_utils import Heartbeat, freeze_startup_heap
 from vla_server.scheduler.process import run_scheduler_process
 
 logger = logging.getLogger(__name__)
@@ -43,6 +43,7 @@ class Node:
     port_args: PortArgs
     tokenizer_manager: TokenizerManager
     procs: list[BaseProcess]
+    heartbeats: list[Heartbeat]  # one per process of `procs`, in the same order
     scheduler_info: dict[str, Any]
     watchdog: SubprocessWatchdog | None = None
     stopped: bool = False
@@ -54,9 +55,16 @@ class Node:
     def arguments(self) -> dict[str, Any]:
         return self.server_args.to_dict()
 
-    def start_watchdog(self, on_death: Callable[[BaseProcess], None]) -> None:
-        interval = self.configs.launch.watchdog_interval
-        self.watchdog = SubprocessWatchdog(self.procs, on_death, interval)
+    def start_watchdog(self, on_failure: Callable[[BaseProcess, str], None]) -> None:
+        """Watch the children from now on: `on_failure(process, reason)` once, when one dies
+        or hangs (see frontend/watchdog.py)."""
+        launch = self.configs.launch
+        self.watchdog = SubprocessWatchdog(
+            list(zip(self.procs, self.heartbeats, strict=True)),
+            on_failure,
+            launch.watchdog_interval,
+            launch.watchdog_timeout,
+        )
         self.watchdog.start()
 
     def shutdown(self) -> None:
@@ -99,14 +107,15 @@ def launch_node(server_args: ServerArgs) -> Node:
     sched_reader, sched_writer = ctx.Pipe(duplex=False)
     detok_reader, detok_writer = ctx.Pipe(duplex=False)
     parent = os.getpid()
+    heartbeats = [Heartbeat(ctx), Heartbeat(ctx)]
     sched = ctx.Process(
         target=run_scheduler_process,
-        args=(configs.scheduler, configs.model, port_args, sched_writer, parent),
+        args=(configs.scheduler, configs.model, port_args, sched_writer, parent, heartbeats[0]),
         name="scheduler",
     )
     detok = ctx.Process(
         target=run_detokenizer_process,
-        args=(configs.detokenizer, port_args, detok_writer, parent),
+        args=(configs.detokenizer, port_args, detok_writer, parent, heartbeats[1]),
         name="detokenizer",
     )
     procs: list[BaseProcess] = [sched, detok]
@@ -134,7 +143,7 @@ def launch_node(server_args: ServerArgs) -> Node:
         info["context_len"],
     )
     freeze_startup_heap()  # the front end's share of the GC pauses, see process_utils
-    return Node(args, configs, port_args, tm, procs, info)
+    return Node(args, configs, port_args, tm, procs, heartbeats, info)
 
 
 def wait_for_ready(
@@ -166,10 +175,6 @@ def wait_for_ready(
     return info
 
 
-def describe_death(p: BaseProcess) -> str:
-    return f"{p.name} process (pid {p.pid}) died with exit code {p.exitcode}"
-
-
 class Engine:
     """The offline Python API: `Engine(model_path=...)`, then `generate()` / `async_generate()`.
 
@@ -185,13 +190,12 @@ class Engine:
         self._thread.start()
         self.node = launch_node(ServerArgs(model_path=model_path, **kwargs))
         self.tokenizer_manager = self.node.tokenizer_manager
-        self.node.start_watchdog(self._on_child_death)
+        self.node.start_watchdog(self._on_child_failure)
         self._closed = False
 
-    def _on_child_death(self, p: BaseProcess) -> None:
-        reason = describe_death(p)
+    def _on_child_failure(self, _: BaseProcess, reason: str) -> None:
         logger.error("%s; the engine is down", reason)
-        self._loop.call_soon_threadsafe(self.tokenizer_manager.mark_dead, reason)
+        self.tokenizer_manager.mark_dead_threadsafe(reason)
 
     def _run(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()

@@ -11,20 +11,25 @@ from typing import Any
 import uvicorn
 
 from vla_server.config import ServerArgs
-from vla_server.entrypoints.engine import Node, describe_death, launch_node, stop_processes
+from vla_server.entrypoints.engine import Node, launch_node, stop_processes
 from vla_server.frontend.http_server import create_app
 
 logger = logging.getLogger(__name__)
 
 
-def _exit_on_child_death(node: Node) -> Any:
-    def on_death(p: BaseProcess) -> None:
-        logger.error("%s; shutting the node down", describe_death(p))
+def _exit_on_child_failure(node: Node) -> Any:
+    """A child that died or hung takes the node down: exit 1, the others stopped, /health
+    answering 503 with the reason until the port closes."""
+
+    def on_failure(p: BaseProcess, reason: str) -> None:
+        logger.error("%s; shutting the node down", reason)
+        node.tokenizer_manager.mark_dead_threadsafe(reason)
+        p.kill()  # a hung child may never act on SIGTERM; a dead one is already reaped
         stop_processes([q for q in node.procs if q is not p])
         node.port_args.cleanup()
         os._exit(1)
 
-    return on_death
+    return on_failure
 
 
 def _exit_0_on_signal(signum: int, _frame: object) -> None:
@@ -46,7 +51,7 @@ def run_server(server_args: ServerArgs) -> None:
     node = launch_node(server_args)
     launch = node.configs.launch
     try:
-        node.start_watchdog(_exit_on_child_death(node))
+        node.start_watchdog(_exit_on_child_failure(node))
         app = create_app(node)
         config = uvicorn.Config(
             app,

@@ -94,11 +94,13 @@ class TokenizerManager:
             actions=lambda: self.mm.actions,
         )
         self._loop_tasks: list[asyncio.Task[None]] = []
+        self._serving_loop: asyncio.AbstractEventLoop | None = None
 
     # ---- loops -------------------------------------------------------------------------------
 
     def ensure_loops(self) -> None:
         if not self._loop_tasks:
+            self._serving_loop = asyncio.get_running_loop()
             self.gate.start()
             self._loop_tasks = [
                 asyncio.create_task(self._handle_loop()),
@@ -408,6 +410,13 @@ class TokenizerManager:
             st.event.set()
         self.rid_to_state.clear()
         self.control.fail_all(EngineDeadError(reason))
+
+    def mark_dead_threadsafe(self, reason: str) -> None:
+        """`mark_dead` from another thread (the watchdog's). The reason is set here at once (one
+        attribute write), so /health and new requests see it before the loop gets to run."""
+        self.dead_reason = reason
+        if self._serving_loop is not None:
+            self._serving_loop.call_soon_threadsafe(self.mark_dead, reason)
 
 
 class ClientDisconnected(Exception):

@@ -1,7 +1,8 @@
 """The scheduler process: the shell around a SchedulerCore. It owns the sockets (requests in,
 control rpc, outputs to the detokenizer), decodes every message with its typed decoder (a
 malformed one is logged and dropped), runs the core's steps with the model on a worker thread,
-sleeps on the sockets when there is nothing to do, and does the readiness handshake.
+sleeps on the sockets when there is nothing to do (at most IDLE_POLL_MS: its heartbeat for the
+watchdog beats once per loop), and does the readiness handshake.
 See docs/architecture.md.
 """
 
@@ -27,12 +28,17 @@ from vla_server.io_struct import (
     rpc_request_decoder,
     scheduler_input_decoder,
 )
-from vla_server.process_utils import parent_is_gone, run_child_process, zmq_socket
+from vla_server.process_utils import (
+    IDLE_POLL_MS,
+    Heartbeat,
+    parent_is_gone,
+    run_child_process,
+    zmq_socket,
+)
 from vla_server.scheduler.factory import build_core, ready_info
 
 # With waiting requests (deadlines to check) the loop looks again soon even without messages.
 WAITING_POLL_MS = 50
-IDLE_POLL_MS = 1000
 
 
 class SchedulerProcess:
@@ -65,9 +71,10 @@ class SchedulerProcess:
     def _send_output(self, out: BatchTokenIDOutput) -> None:
         self.detok_sock.send(encode(out))
 
-    def event_loop(self, parent_pid: int) -> None:
+    def event_loop(self, parent_pid: int, heartbeat: Heartbeat) -> None:
         core = self.core
         while True:
+            heartbeat.beat()
             self.ingest()
             if core.step():
                 continue
@@ -106,6 +113,7 @@ def run_scheduler_process(
     port_args: PortArgs,
     ready_pipe: Connection,
     parent_pid: int,
+    heartbeat: Heartbeat,
 ) -> None:
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     run_child_process(
@@ -114,5 +122,5 @@ def run_scheduler_process(
         ready_pipe,
         build=lambda: SchedulerProcess(cfg, model, port_args),
         ready_info=lambda process: process.info,
-        serve=lambda process: process.event_loop(parent_pid),
+        serve=lambda process: process.event_loop(parent_pid, heartbeat),
     )
