@@ -8,10 +8,10 @@ import argparse
 import dataclasses
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
+from vla_server.ipc_dir import SOCKET_NAMES, make_ipc_dir
 from vla_server.process_utils import IDLE_POLL_MS
 
 
@@ -25,7 +25,9 @@ class ServerArgs:
     tokenizer_path: str | None = _opt(None, "tokenizer folder (default: model_path)")
     host: str = _opt("127.0.0.1", "HTTP bind address")
     port: int = _opt(30000, "HTTP port")
-    api_key: str | None = _opt(None, "require 'Authorization: Bearer KEY' (all but /health)")
+    api_key: str | None = _opt(
+        None, "require 'Authorization: Bearer KEY' (all but /health and /healthz)"
+    )
     device: str = _opt("auto", "cpu, cuda, or auto")
     dtype: str = _opt("auto", "auto, float32, float16 or bfloat16")
     attention_backend: str = _opt(
@@ -282,7 +284,8 @@ def default_torch_threads() -> int:
 
 @dataclass
 class PortArgs:
-    """ipc:// endpoints in a private directory (mode 0700) that only this user can reach."""
+    """ipc:// endpoints in a private directory (mode 0700) that only this user can reach; its
+    name records the owner, so a later node removes it if this one is killed (`ipc_dir`)."""
 
     ipc_dir: str
     tokenizer_ipc_name: str  # TokenizerManager PULL (bind) <- detokenizer
@@ -292,14 +295,15 @@ class PortArgs:
 
     @classmethod
     def init_new(cls) -> PortArgs:
-        d = tempfile.mkdtemp(prefix="vla-server-")
-        os.chmod(d, 0o700)
+        d = make_ipc_dir()
+        # The names come from ipc_dir, which removes only what it knows a node binds.
+        url = {name: f"ipc://{d}/{name}" for name in SOCKET_NAMES}
         return cls(
             ipc_dir=d,
-            tokenizer_ipc_name=f"ipc://{d}/tokenizer",
-            scheduler_input_ipc_name=f"ipc://{d}/scheduler_input",
-            detokenizer_ipc_name=f"ipc://{d}/detokenizer",
-            rpc_ipc_name=f"ipc://{d}/rpc",
+            tokenizer_ipc_name=url["tokenizer"],
+            scheduler_input_ipc_name=url["scheduler_input"],
+            detokenizer_ipc_name=url["detokenizer"],
+            rpc_ipc_name=url["rpc"],
         )
 
     def cleanup(self) -> None:

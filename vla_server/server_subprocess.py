@@ -34,11 +34,13 @@ def free_port() -> int:
 
 
 def serve_command(
-    model: str | Path | None, host: str, port: int, extra: Sequence[str] = ()
+    model: str | Path | None, host: str | None, port: int, extra: Sequence[str] = ()
 ) -> list[str]:
-    """`vla-server serve` as this interpreter runs it (no model, or '': the embedded demo)."""
+    """`vla-server serve` as this interpreter runs it (no model, or '': the embedded demo; no
+    host: the node's default bind)."""
     cmd = [sys.executable, "-m", "vla_server.entrypoints.cli", "serve"]
-    cmd += ["--host", host, "--port", str(port)]
+    cmd += ["--host", host] if host is not None else []
+    cmd += ["--port", str(port)]
     if model:
         cmd += ["--model-path", str(model)]
     return cmd + list(extra)
@@ -125,7 +127,7 @@ class ServerProcess:
 
 def start_server(
     model: str | Path | None = None,
-    host: str = LOOPBACK,
+    host: str | None = LOOPBACK,
     port: int | None = None,
     *,
     extra: Sequence[str] = (),
@@ -133,7 +135,8 @@ def start_server(
     api_key: str | None = None,
     env: Mapping[str, str] | None = None,
 ) -> ServerProcess:
-    """Start the node (a free port unless given) without waiting for it.
+    """Start the node (a free port unless given) without waiting for it. Without a host it
+    binds where the node does by default, and is reached on loopback.
 
     Output goes to `log_path`, appended, so a restart on the same file keeps the first run's
     lines; without one it goes where this process's output goes."""
@@ -157,13 +160,13 @@ def start_server(
     finally:
         if out is not None:
             out.close()  # the child holds its own descriptor
-    return ServerProcess(proc, port, log_path, api_key, host)
+    return ServerProcess(proc, port, log_path, api_key, host or LOOPBACK)
 
 
 @contextlib.contextmanager
 def running_server(
     model: str | Path | None = None,
-    host: str = LOOPBACK,
+    host: str | None = LOOPBACK,
     port: int | None = None,
     *,
     extra: Sequence[str] = (),
@@ -191,11 +194,12 @@ def run_server(
     *args: str,
     api_key: str | None = None,
     env: dict[str, str] | None = None,
+    host: str | None = LOOPBACK,
 ) -> Iterator[ServerProcess]:
     """`running_server` on a free port with its log in `tmp_path` (the tests' form)."""
     port = free_port()
     log_path = tmp_path / f"server-{port}.log"
     with running_server(
-        model_path, port=port, extra=args, log_path=log_path, api_key=api_key, env=env
+        model_path, host, port, extra=args, log_path=log_path, api_key=api_key, env=env
     ) as server:
         yield server

@@ -259,18 +259,3 @@ def test_wire_format_round_trips_with_openpis_own_codec():
             np.testing.assert_array_equal(got[key], value[key])
         assert got["scalar"] == value["scalar"] and type(got["scalar"]) is np.float32
         assert got["nested"] == value["nested"]
-
-
-class _Handshake:
-    def __init__(self, authorization: str | None):
-        self.headers = {"authorization": authorization} if authorization else {}
-
-
-def test_api_key_accepts_openpis_header_and_bearer():
-    from vla_server.frontend.openpi_policy import authorized
-
-    assert authorized(_Handshake(None), None)
-    assert authorized(_Handshake("Api-Key s3cret"), "s3cret")  # WebsocketClientPolicy(api_key=)
-    assert authorized(_Handshake("Bearer s3cret"), "s3cret")
-    assert not authorized(_Handshake("Api-Key wrong"), "s3cret")
-    assert not authorized(_Handshake(None), "s3cret")

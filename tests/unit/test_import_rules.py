@@ -18,6 +18,7 @@ SHARED_MODULES = (
     "vla_server.io_struct",
     "vla_server.config",
     "vla_server.errors",
+    "vla_server.ipc_dir",
     "vla_server.metrics",
     "vla_server.process_utils",
     "vla_server.server_subprocess",

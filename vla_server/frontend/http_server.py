@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import os
 import uuid
@@ -17,6 +16,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from vla_server.errors import RequestError
 from vla_server.frontend.actions_api import add_actions_routes
+from vla_server.frontend.auth import ApiKeyMiddleware
 from vla_server.frontend.body_limit import BodyLimit
 from vla_server.frontend.common import (
     SSE_DONE,
@@ -69,30 +69,6 @@ class CloseSessionBody(msgspec.Struct, forbid_unknown_fields=True):
 
 class EmptyBody(msgspec.Struct, forbid_unknown_fields=True):
     pass
-
-
-class ApiKeyMiddleware:
-    """`Authorization: Bearer KEY` on every HTTP route but the health checks.
-
-    Plain ASGI rather than FastAPI's `@app.middleware("http")`: that wrapper hides the client's
-    disconnect from `request.is_disconnected()`, which is how a non-streaming request notices a
-    client that went away and aborts its generation.
-    """
-
-    OPEN_PATHS = ("/health", "/healthz")
-
-    def __init__(self, app: Any, api_key: str):
-        self.app = app
-        self.expected = f"Bearer {api_key}".encode()
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"] not in self.OPEN_PATHS:
-            got = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(got, self.expected):
-                err = RequestError("missing or wrong API key", "authorization", 401)
-                await json_response(err.to_json(), 401)(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
 
 
 def create_app(node: NodeHandle) -> FastAPI:

@@ -16,14 +16,14 @@ Protocol, as openpi's `WebsocketPolicyServer`:
    Unlike openpi no traceback leaves the server; it goes to the log.
 
 With `--api-key`, the handshake must carry `Authorization: Api-Key KEY` (what the openpi client
-sends for `api_key=KEY`) or `Bearer KEY`; otherwise it is refused with HTTP 403. Inference is an
-await on the TokenizerManager, so a slow query never blocks other connections.
+sends for `api_key=KEY`) or `Bearer KEY`; otherwise `auth.ApiKeyMiddleware` refuses it with HTTP
+403 before it reaches this route. Inference is an await on the TokenizerManager, so a slow query
+never blocks other connections.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hmac
 import logging
 import time
 from typing import Any
@@ -50,13 +50,6 @@ logger = logging.getLogger(__name__)
 
 CLOSE_BAD_INPUT, CLOSE_INTERNAL = 1008, 1011
 INTERNAL_REASON = "Internal server error. Reason included in previous frame."
-
-
-def authorized(ws: WebSocket, api_key: str | None) -> bool:
-    if not api_key:
-        return True
-    got = ws.headers.get("authorization", "").encode()
-    return any(hmac.compare_digest(got, f"{s} {api_key}".encode()) for s in ("Api-Key", "Bearer"))
 
 
 def _metadata(node: NodeHandle, cfg: OpenpiConfig) -> dict[str, Any]:
@@ -124,7 +117,6 @@ async def _serve(ws: WebSocket, tm: TokenizerManager, cfg: OpenpiConfig) -> None
 def add_openpi_routes(app: FastAPI, node: NodeHandle) -> None:
     tm = node.tokenizer_manager
     cfg = OpenpiConfig.from_config(node.config)
-    api_key = node.config.api_key
 
     @app.get("/healthz")
     async def healthz() -> PlainTextResponse:
@@ -132,9 +124,6 @@ def add_openpi_routes(app: FastAPI, node: NodeHandle) -> None:
 
     @app.websocket("/")
     async def openpi_policy(ws: WebSocket) -> None:
-        if not authorized(ws, api_key):
-            await ws.close(code=CLOSE_BAD_INPUT, reason="missing or wrong API key")
-            return
         await ws.accept()
         try:
             await ws.send_bytes(pack(_metadata(node, cfg)))
