@@ -1,6 +1,6 @@
-"""After 1,000 requests rejected before dispatch and 200 streams whose clients disconnect
-mid-way, no request state and no KV is left behind, and each of the 200 ended as exactly one
-abort in the scheduler."""
+"""After 10,000 requests rejected before dispatch, 1,000 streams whose clients disconnect
+mid-way and 200 aborted by POST /abort_request, no request state, no KV and no memory is left
+behind, and each stream that was running ended as exactly one abort in the scheduler."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import asyncio
 import json
 import socket
 import time
+from typing import Any
 
 import httpx
+import psutil
 import pytest
 
 from tests.helpers.async_node import (
@@ -59,10 +61,12 @@ STREAM_BODY = {
 GROUP = 16
 
 
-async def _disconnect_mid_stream(
-    client: httpx.AsyncClient, started: asyncio.Queue[None], leave: asyncio.Event
+async def _stream(
+    client: httpx.AsyncClient, rid: str, started: asyncio.Queue[None], leave: asyncio.Event
 ) -> None:
-    async with client.stream("POST", "/generate", json=STREAM_BODY) as r:
+    """A stream held open after its first chunk until `leave`; then its client either leaves
+    (the connection closes mid-stream) or, if the stream was aborted, reads it to its end."""
+    async with client.stream("POST", "/generate", json={**STREAM_BODY, "rid": rid}) as r:
         assert r.status_code == 200
         # Held until `leave`: an abandoned line iterator would be finalised at once, and that
         # closes the connection before the test means to.
@@ -73,29 +77,34 @@ async def _disconnect_mid_stream(
                 break
         started.put_nowait(None)
         await leave.wait()
-    # leaving the block closed the connection mid-stream
+        if rid.startswith("abort-"):
+            async for _ in lines:  # the explicit abort ends the stream
+                pass
+    # leaving the block closed the connection (mid-stream, unless it was aborted)
 
 
-async def _disconnect_round(client: httpx.AsyncClient, k: int) -> int:
-    """`k` streams whose clients go away while generation is paused; returns how many of them
-    were still running then (each of those must end as exactly one abort).
+async def _paused_round(client: httpx.AsyncClient, k: int, end: str, round_no: int) -> int:
+    """`k` streams ended while generation is paused, by their clients leaving (`end` is
+    "disconnect") or by POST /abort_request ("abort"); returns how many were still running
+    then (each of those must end as exactly one abort).
 
     The scheduler can outrun a front end that streams to many clients, so a disconnect could
     arrive after a stream's last token and abort nothing. Generation is therefore paused in
-    place once all `k` run (each has sent its first chunk) before the clients leave; the aborts
+    place once all `k` run (each has sent its first chunk) before they are ended; the aborts
     then end them in the paused scheduler. On a starved machine some may still finish between
     seeing them run and the pause: those are counted as finished, not as aborted.
     """
     started: asyncio.Queue[None] = asyncio.Queue()
     leave = asyncio.Event()
+    rids = [f"{end}-{round_no}-{i}" for i in range(k)]
     await pause(client, "in_place")  # held before dispatch: released together below
-    tasks = [asyncio.create_task(_disconnect_mid_stream(client, started, leave)) for _ in range(k)]
+    tasks = [asyncio.create_task(_stream(client, rid, started, leave)) for rid in rids]
     try:
         await wait_pending(client, k)
         await resume(client)
         # All k running, not merely none waiting: right after the resume the streams may not
         # have reached the scheduler yet (none waiting there either), and the pause below would
-        # hold them back in the main process. Running lasts until they finish 200 tokens.
+        # hold them back in the main process.
         await wait_until(
             client,
             lambda s: s["num_running_reqs"] == k and s["num_waiting_reqs"] == 0,
@@ -105,6 +114,9 @@ async def _disconnect_round(client: httpx.AsyncClient, k: int) -> int:
         running = (await internal(client))["num_running_reqs"]
         for _ in range(k):
             await started.get()
+        if end == "abort":
+            for rid in rids:
+                assert (await client.post("/abort_request", json={"rid": rid})).status_code == 200
         leave.set()
         await asyncio.gather(*tasks)
         await wait_pending(client, 0)  # every abort came back from the scheduler
@@ -114,44 +126,56 @@ async def _disconnect_round(client: httpx.AsyncClient, k: int) -> int:
     return running
 
 
-async def _disconnecting_streams(client: httpx.AsyncClient, n: int) -> tuple[int, int]:
-    """(streams disconnected, how many of them were running when their client left)."""
+async def _ended_streams(client: httpx.AsyncClient, n: int, end: str) -> int:
+    """How many of `n` streams ended by `end` were running when they were ended."""
     running = 0
     for first in range(0, n, GROUP):
-        running += await _disconnect_round(client, min(GROUP, n - first))
-    return n, running
+        running += await _paused_round(client, min(GROUP, n - first), end, first // GROUP)
+    return running
 
 
-def test_rejections_and_disconnects_leave_nothing_behind(server):
-    async def run() -> tuple[int, tuple[int, int]]:
-        async with server.async_client() as client:
-            return await _rejections(client, 1000), await _disconnecting_streams(client, 200)
+async def _abuse(server: Any, rejects: int, disconnects: int, aborts: int) -> int:
+    """The three kinds of abuse in turn; how many streams were running when ended."""
+    async with server.async_client() as client:
+        assert await _rejections(client, rejects) == rejects
+        running = await _ended_streams(client, disconnects, "disconnect")
+        return running + await _ended_streams(client, aborts, "abort")
 
+
+def _rss_mb(server: Any) -> dict[int, float]:
+    """RSS of the node's processes (main, scheduler, detokenizer) by pid, in MB."""
+    procs = [psutil.Process(server.proc.pid), *server.node_children()]
+    return {p.pid: p.memory_info().rss / 2**20 for p in procs}
+
+
+def test_rejections_disconnects_and_aborts_leave_nothing_behind(server):
+    """10,000 requests rejected before dispatch, 1,000 streams whose clients leave mid-way and
+    200 running streams aborted by POST /abort_request: nothing is left behind (no request
+    state, no KV, no memory growth beyond 50 MB per process), each running stream ended as
+    exactly one abort, and the node keeps serving."""
+    asyncio.run(_abuse(server, 200, GROUP, GROUP))  # warm-up: one-time allocations
     with server.client() as c:
         before = idle_state(c)
         aborted_before, completed_before = _finished(c, "abort"), _finished(c, "length")
-    rejected, (disconnected, running) = asyncio.run(run())
-    assert (rejected, disconnected) == (1000, 200)
-    assert running > 0, "no stream was still running when its client left"
+    rss_before = _rss_mb(server)
+    running = asyncio.run(_abuse(server, 10_000, 1000, 200))
+    assert running > 0, "no stream was still running when it was ended"
     deadline = time.monotonic() + 60
     with server.client() as c:
         while idle_state(c) != before:
             assert time.monotonic() < deadline, f"still {idle_state(c)} (idle was {before})"
             time.sleep(0.2)
         assert before == {"pending": 0, "kv_used": 0}
-        # Every disconnect of a running stream reached the scheduler as an abort and ended there
-        # as one (a finish is counted once per request, when its end comes back); the streams
-        # that finished first count as finished; the rejections, refused before dispatch, add
-        # none.
+        # Every ended running stream reached the scheduler as an abort and ended there as one
+        # (a finish is counted once per request, when its end comes back); the streams that
+        # finished first count as finished; the rejections, refused before dispatch, add none.
         assert _finished(c, "abort") - aborted_before == running
         finished = _finished(c, "length") - completed_before
-        assert finished == disconnected - running, "a disconnected stream ran to its end"
-        assert (
-            c.post(
-                "/generate", json={"text": "pick", "sampling_params": {"max_new_tokens": 4}}
-            ).status_code
-            == 200
-        )
+        assert finished == 1200 - running, "an ended stream ran to its end"
+        ok = c.post("/generate", json={"text": "pick", "sampling_params": {"max_new_tokens": 4}})
+        assert ok.status_code == 200
+    grown = {pid: _rss_mb(server)[pid] - mb for pid, mb in rss_before.items()}
+    assert all(mb < 50 for mb in grown.values()), grown
 
 
 def test_non_stream_client_disconnect_aborts_in_the_scheduler(server):
