@@ -93,6 +93,16 @@ class ServerArgs:
     openpi_unnorm_key: str | None = _opt(None, "openpi policy endpoint: default unnorm key")
     watchdog_interval: float = _opt(0.2, "seconds between child liveness checks")
     graceful_shutdown_timeout: float = _opt(5.0, "seconds SIGTERM waits for in-flight requests")
+    request_read_timeout: float = _opt(
+        30.0,
+        "seconds a client has to send a whole request (head and body) after connecting or after "
+        "its previous response; then its connection is closed (slowloris)",
+    )
+    send_timeout: float = _opt(
+        30.0,
+        "seconds a response may wait on a client that does not read it (its socket full); then "
+        "the connection is closed and its request aborted",
+    )
 
     def resolved_tokenizer_path(self) -> str:
         assert self.model_path is not None
@@ -236,6 +246,8 @@ class LaunchConfig:
     log_level: str
     watchdog_interval: float
     graceful_shutdown_timeout: float
+    request_read_timeout: float
+    send_timeout: float
 
 
 @dataclass(frozen=True)
