@@ -110,6 +110,16 @@ class ServerArgs:
         "that loop)",
     )
     graceful_shutdown_timeout: float = _opt(5.0, "seconds SIGTERM waits for in-flight requests")
+    request_read_timeout: float = _opt(
+        30.0,
+        "seconds a client has to send a whole request (head and body) after connecting or after "
+        "its previous response; then its connection is closed (slowloris)",
+    )
+    send_timeout: float = _opt(
+        30.0,
+        "seconds a response may wait on a client that does not read it (its socket full); then "
+        "the connection is closed and its request aborted",
+    )
 
     def resolved_tokenizer_path(self) -> str:
         assert self.model_path is not None
@@ -255,6 +265,8 @@ class LaunchConfig:
     watchdog_interval: float
     watchdog_timeout: float
     graceful_shutdown_timeout: float
+    request_read_timeout: float
+    send_timeout: float
 
     def __post_init__(self) -> None:
         # An idle, healthy child beats only once per IDLE_POLL_MS.

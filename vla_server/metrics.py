@@ -84,6 +84,16 @@ class ServerMetrics:
             ["route", "status"],
             registry=r,
         )
+        self.slow_client_aborts = Counter(
+            "vla_slow_client_aborts",
+            "Connections closed on a slow or stalled client: phase `request`, its request did not "
+            "arrive within --request-read-timeout; `response`, it did not read its response for "
+            "--send-timeout (its request is aborted)",
+            ["phase"],
+            registry=r,
+        )
+        for phase in ("request", "response"):
+            self.slow_client_aborts.labels(phase)  # exported as 0 before the first
         self.deadline_misses = Counter(
             "vla_deadline_misses",
             "Requests ended because of their deadline",

@@ -17,6 +17,7 @@ BENCHES = {
     "gpu": "vla_server.bench.gpu",
     "fleet": "vla_server.bench.fleet",
     "ecosystem": "vla_server.bench.ecosystem",
+    "soak": "vla_server.bench.soak",
     "bridge": "ros_bridge.bench_bridge",
 }
 # What a benchmark needs beyond `pip install vla-server`.

@@ -12,6 +12,7 @@ import uvicorn
 
 from vla_server.config import ServerArgs
 from vla_server.entrypoints.engine import Node, launch_node, stop_processes
+from vla_server.entrypoints.http_guard import ClientTimeouts, guarded_h11_protocol
 from vla_server.frontend.http_server import create_app
 
 logger = logging.getLogger(__name__)
@@ -53,8 +54,14 @@ def run_server(server_args: ServerArgs) -> None:
     try:
         node.start_watchdog(_exit_on_child_failure(node))
         app = create_app(node)
+        timeouts = ClientTimeouts(
+            launch.request_read_timeout,
+            launch.send_timeout,
+            node.tokenizer_manager.metrics.slow_client_aborts,
+        )
         config = uvicorn.Config(
             app,
+            http=guarded_h11_protocol(timeouts),
             host=launch.host,
             port=launch.port,
             log_level=launch.log_level,

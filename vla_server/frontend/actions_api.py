@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 
 from vla_server.errors import RequestError
 from vla_server.frontend.action_request import (
@@ -42,6 +42,7 @@ from vla_server.frontend.action_request import (
 )
 from vla_server.frontend.common import (
     SSE_DONE,
+    EventStream,
     close_response,
     json_response,
     prepend,
@@ -138,9 +139,7 @@ def add_actions_routes(app: FastAPI, node: NodeHandle) -> None:
         try:
             first = await updates.__anext__()
             if body.stream:
-                return StreamingResponse(
-                    _events(reply, first, updates, timing), media_type="text/event-stream"
-                )
+                return EventStream(_events(reply, first, updates, timing))
             last = first
             reply.add(first)
             async for last in updates:

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
 from fastapi import Request
-from fastapi.responses import Response
+from fastapi.responses import Response, StreamingResponse
 
 from vla_server.config import FrontendConfig
 from vla_server.errors import RequestError, from_msgspec
 from vla_server.frontend.field_tables import FieldTable
 from vla_server.frontend.json_body import decode_json
-from vla_server.frontend.tokenizer_manager import TokenizerManager
+from vla_server.frontend.tokenizer_manager import ClientDisconnected, TokenizerManager
 
 T = TypeVar("T")
 
@@ -62,6 +63,22 @@ async def prepend(first: T, rest: AsyncIterator[T]) -> AsyncIterator[T]:
     yield first
     async for item in rest:
         yield item
+
+
+class EventStream(StreamingResponse):
+    """The SSE response of every streaming route.
+
+    A client that goes away mid-stream (or is cut off for not reading, see
+    entrypoints/http_guard.py) surfaces as ClientDisconnected from the TokenizerManager's
+    generator; its request was aborted on the way out (`close_response`) and nothing is left to
+    send, so the stream just ends: the error handlers cannot answer a started response.
+    """
+
+    media_type = "text/event-stream"
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        with contextlib.suppress(ClientDisconnected):
+            await super().__call__(scope, receive, send)
 
 
 async def close_response(tm: TokenizerManager, gen: Any, rids: list[str]) -> None:

@@ -12,7 +12,8 @@ from typing import Any
 
 import msgspec
 from fastapi import FastAPI, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
+from starlette.requests import ClientDisconnect
 
 from vla_server.errors import RequestError
 from vla_server.frontend.actions_api import add_actions_routes
@@ -20,6 +21,7 @@ from vla_server.frontend.auth import ApiKeyMiddleware
 from vla_server.frontend.body_limit import BodyLimit
 from vla_server.frontend.common import (
     SSE_DONE,
+    EventStream,
     close_response,
     finish_error,
     json_response,
@@ -76,6 +78,7 @@ def create_app(node: NodeHandle) -> FastAPI:
     app.add_exception_handler(RequestError, _request_error)
     app.add_exception_handler(ClientDisconnected, _client_gone)
     app.add_middleware(BodyLimit, max_bytes=node.config.max_request_bytes)
+    app.add_exception_handler(ClientDisconnect, _client_gone)  # gone while sending the body
     if node.config.api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=node.config.api_key)
     # Added last, so outermost: a request refused for its API key is counted too.
@@ -107,7 +110,7 @@ async def _request_error(_: Request, e: RequestError) -> Response:
     return json_response(e.to_json(), e.status_code)
 
 
-async def _client_gone(_: Request, e: ClientDisconnected) -> Response:
+async def _client_gone(_: Request, e: Exception) -> Response:
     """The caller left before the first byte of its answer (nginx's 499): its request was
     aborted when it left; nothing is sent, the access log and the counter say 499."""
     return Response(status_code=499)
@@ -130,7 +133,7 @@ def add_generate_route(app: FastAPI, tm: TokenizerManager) -> None:
             await gen.aclose()
             return json_response(err.to_json(), err.status_code)
         rids = [it.rid for it in items]
-        return StreamingResponse(_stream(tm, first, gen, rids), media_type="text/event-stream")
+        return EventStream(_stream(tm, first, gen, rids))
 
 
 async def _stream(

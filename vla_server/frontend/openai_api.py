@@ -22,12 +22,13 @@ from typing import Any
 
 import msgspec
 from fastapi import FastAPI, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 
 from vla_server.errors import RequestError
 from vla_server.frontend.chat_prompt import chat_prompt_ids
 from vla_server.frontend.common import (
     SSE_DONE,
+    EventStream,
     close_response,
     finish_error,
     json_response,
@@ -51,7 +52,7 @@ from vla_server.frontend.openai_protocol import (
     hf_messages,
     openai_error_body,
 )
-from vla_server.frontend.tokenizer_manager import ClientDisconnected, TokenizerManager
+from vla_server.frontend.tokenizer_manager import TokenizerManager
 
 _IMAGE_FIELD = re.compile(r"^image_data\[(\d+)\]")
 _SAMPLING_PARAM = {
@@ -237,9 +238,7 @@ async def _respond(
         await gen.aclose()
         raise err
     rids = [it.rid for it in items]
-    return StreamingResponse(
-        _stream(tm, fmt, len(items), first, gen, rids), media_type="text/event-stream"
-    )
+    return EventStream(_stream(tm, fmt, len(items), first, gen, rids))
 
 
 async def _stream(
@@ -264,8 +263,6 @@ async def _stream(
                 yield sse(chunk)
         if fmt.include_usage:
             yield sse(fmt.usage_chunk())
-    except ClientDisconnected:
-        return
     except RequestError as e:  # the engine failed or the request was rejected mid-stream
         yield sse(openai_error_body(e))
     finally:
