@@ -16,6 +16,28 @@ from vla_kernels.triton_attention_blocks import NEG_LARGE, load_kv_rows, online_
 
 
 @triton.jit
+def attend_prefix(
+    q, K_buf, V_buf, Slots, prefix_len, kvh, d, d_mask, m_i, l_i, acc, scale,
+    stride_kt, stride_kh, stride_vt, stride_vh,
+    BLOCK_N: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
+    """The online softmax over the request's cached prefix, gathered from the pool through its
+    req_to_token row (`Slots`); no mask beyond the prefix length: all of it precedes the rows."""
+    for n0 in range(0, prefix_len, BLOCK_N):
+        pos = n0 + tl.arange(0, BLOCK_N)
+        n_mask = pos < prefix_len
+        slot = tl.load(Slots + pos, mask=n_mask, other=0).to(tl.int64)
+        kv_mask = n_mask[:, None] & d_mask[None, :]
+        k, v = load_kv_rows(
+            K_buf, V_buf, slot, kvh, d, kv_mask, stride_kt, stride_kh, stride_vt, stride_vh
+        )
+        m_i, l_i, acc = online_softmax_block(
+            q, k, v, n_mask[None, :], m_i, l_i, acc, scale, UPCAST, DOT_PRECISION
+        )
+    return m_i, l_i, acc
+
+
+@triton.jit
 def extend_kernel(
     Q, K_new, V_new, Out, K_buf, V_buf, Req_to_token, Req_pool_idx, Prefix_lens, Extend_lens,
     Extend_start, scale,
@@ -49,17 +71,11 @@ def extend_kernel(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
 
-    for n0 in range(0, prefix_len, BLOCK_N):
-        pos = n0 + tl.arange(0, BLOCK_N)
-        n_mask = pos < prefix_len
-        slot = tl.load(Req_to_token + row * stride_req + pos, mask=n_mask, other=0).to(tl.int64)
-        kv_mask = n_mask[:, None] & d_mask[None, :]
-        k, v = load_kv_rows(
-            K_buf, V_buf, slot, kvh, d, kv_mask, stride_kt, stride_kh, stride_vt, stride_vh
-        )
-        m_i, l_i, acc = online_softmax_block(
-            q, k, v, n_mask[None, :], m_i, l_i, acc, scale, UPCAST, DOT_PRECISION
-        )
+    m_i, l_i, acc = attend_prefix(
+        q, K_buf, V_buf, Req_to_token + row * stride_req, prefix_len, kvh, d, d_mask,
+        m_i, l_i, acc, scale, stride_kt, stride_kh, stride_vt, stride_vh,
+        BLOCK_N, UPCAST, DOT_PRECISION,
+    )  # fmt: skip
 
     # New tokens past this block's last row are invisible to all of its rows.
     new_end = tl.minimum(extend_len, (m_block + 1) * BLOCK_M)
