@@ -76,7 +76,6 @@ def extend_kernel(
         m_i, l_i, acc, scale, stride_kt, stride_kh, stride_vt, stride_vh,
         BLOCK_N, UPCAST, DOT_PRECISION,
     )  # fmt: skip
-
     # New tokens past this block's last row are invisible to all of its rows.
     new_end = tl.minimum(extend_len, (m_block + 1) * BLOCK_M)
     for n0 in range(0, new_end, BLOCK_N):
