@@ -10,31 +10,21 @@ benchmark's hundred look-alike prompts become one fixture.
 
 from __future__ import annotations
 
-import base64
-import io
 import json
 from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
-from PIL import Image
 
+from vla_server.bench.multimodal import camera_frames
 from vla_server.fleet import running_router
 
 ROBOT_PROMPT = "In: What action should the robot take to pick up the red block?\n<image>\nOut:"
 
 
-def _tiny_png(seed: int) -> str:
-    pixels = np.random.default_rng(seed).integers(0, 256, (24, 32, 3), dtype=np.uint8)
-    buf = io.BytesIO()
-    Image.fromarray(pixels).save(buf, format="PNG")
-    return base64.b64encode(buf.getvalue()).decode()
-
-
 def _router_requests(model: str) -> list[tuple[str, dict[str, Any]]]:
     """What a robot and an SGLang user send to the router (it rebuilds each one)."""
-    robot = {"text": ROBOT_PROMPT, "image_data": _tiny_png(0)}
+    robot = {"text": ROBOT_PROMPT, "image_data": camera_frames(1, 32, 24, 90, seed=0)[0]}
     robot["sampling_params"] = {"temperature": 0}
     chat = {"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
     return [

@@ -9,7 +9,6 @@ reach the wire encoder (msgpack) and fail there: they are found here and named.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import msgspec
@@ -17,9 +16,6 @@ import msgspec
 from vla_server.errors import RequestError, from_msgspec
 
 INT64 = (-(2**63), 2**63 - 1)
-# An integer literal of 19+ digits outside a string is the only way to exceed int64; the scan
-# runs in C, so the Python walk below happens only for bodies that may hold one.
-_LONG_INT = re.compile(rb'(?<![\w."\\])-?\d{19,}')
 
 
 def decode_json(body: bytes) -> Any:
@@ -30,19 +26,22 @@ def decode_json(body: bytes) -> Any:
         raise from_msgspec(e) from None
     except RecursionError:
         raise RequestError("JSON is nested too deeply", "body") from None
-    if _LONG_INT.search(body):
-        check_int_range(value)
+    check_int_range(value)
     return value
 
 
 def check_int_range(value: Any, path: str = "") -> None:
-    """Raise naming the first integer outside int64 (iterative: the depth is msgspec's)."""
+    """Raise naming the first integer outside int64. Iterative (the depth is msgspec's), and it
+    visits JSON values, not bytes: a camera frame is one string, a token list one loop."""
     stack: list[tuple[str, Any]] = [(path, value)]
     while stack:
         where, v = stack.pop()
-        if isinstance(v, dict):
-            stack.extend((f"{where}.{k}" if where else str(k), x) for k, x in v.items())
-        elif isinstance(v, list):
-            stack.extend((f"{where}[{i}]", x) for i, x in enumerate(v))
-        elif type(v) is int and not INT64[0] <= v <= INT64[1]:
+        items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
+        for k, x in items:
+            if type(x) is int and INT64[0] <= x <= INT64[1]:
+                continue  # the common case, checked first
+            if type(x) is int or isinstance(x, dict | list):
+                key = f"[{k}]" if isinstance(k, int) else f".{k}" if where else str(k)
+                stack.append((where + key, x))
+        if type(v) is int and not INT64[0] <= v <= INT64[1]:
             raise RequestError(f"{v} is outside the 64-bit integer range", where or "body")
