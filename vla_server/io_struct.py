@@ -51,7 +51,7 @@ class MMItem(msgspec.Struct, array_like=True):
     hash: str  # 32 hex chars: the 128-bit image hash (keys the embedding cache)
     offset: int  # first image-token position in input_ids
     length: int  # number of image-token positions
-    pixel_values: Tensor  # float32 [3, H, W], preprocessed
+    pixel_values: Tensor  # float32 [C, H, W], preprocessed (3 channels per vision tower)
 
 
 class SessionParams(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):

@@ -61,7 +61,8 @@ def write_tokenizer(folder: Path) -> PreTrainedTokenizerFast:
 
 def write_openvla_config(folder: Path, norm_stats: dict, **extra: object) -> None:
     config = {
-        "text_config": {"vocab_size": PADDED_MODEL_VOCAB},
+        # OpenVLA declares its bins' vocabulary as text vocab - pad_to_multiple_of.
+        "text_config": {"vocab_size": BASE_VOCAB + 64},
         "pad_to_multiple_of": 64,
         "norm_stats": norm_stats,
     }
@@ -161,6 +162,13 @@ def test_padded_vocabulary_trap_is_refused(openvla_folder: Path):
     for wrong_size in (PADDED_MODEL_VOCAB, BASE_VOCAB + len(ADDED)):  # padded, len(tokenizer)
         with pytest.raises(ValueError, match="pass tokenizer.vocab_size"):
             ActionTokenizer.from_folder(openvla_folder, wrong_size)
+
+
+def test_config_declaring_another_vocabulary_is_refused_naming_both(tmp_path: Path):
+    write_tokenizer(tmp_path)
+    write_openvla_config(tmp_path, {"bridge": stats()}, text_config={"vocab_size": 640})
+    with pytest.raises(ValueError, match=r"pad_to_multiple_of = 576 ids.* has 600"):
+        ActionTokenizer.from_folder(tmp_path, BASE_VOCAB)
 
 
 def test_reserved_ids_catch_the_trap_without_a_tokenizer_json(openvla_folder: Path):

@@ -254,7 +254,7 @@ def test_update_weights_from_disk_swaps_the_vision_encoder(tmp_path):
             edited_copy(
                 new, tmp_path / "missing", drop_tensor="model.multi_modal_projector.linear_2.bias"
             ),
-            "1 missing vision tensor",
+            "vision encoder: 1 missing tensor",
         ),
     ]
     for folder, message in bad:

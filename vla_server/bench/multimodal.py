@@ -40,8 +40,7 @@ from vla_server.bench.stream_client import StreamTiming, timed_stream
 from vla_server.metrics import MM_IMAGE_SOURCES as SOURCES
 from vla_server.multimodal.image_input import MediaPolicy, load_image
 from vla_server.multimodal.image_pipeline import ImagePipeline
-from vla_server.multimodal.preprocess import preprocess_image
-from vla_server.multimodal.preprocess_config import PreprocessConfig
+from vla_server.multimodal.preprocessors import apply_preprocessor, load_preprocessor
 from vla_server.server_subprocess import ServerProcess, run_server
 
 PROMPT = "In: {instruction}\n<image>\nOut:"
@@ -98,7 +97,7 @@ def clock(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 def pipeline_costs(model_path: Path, frames: list[str]) -> dict[str, list[float]]:
     """Seconds per frame of the main process's image work, whole and by stage."""
-    pipeline = ImagePipeline(MediaPolicy(), PreprocessConfig.from_folder(model_path))
+    pipeline = ImagePipeline(MediaPolicy(), load_preprocessor(model_path))
     stages = ("total (ImagePipeline.process)", "base64 + JPEG decode", "hash", "resize + normalise")
     costs: dict[str, list[float]] = {name: [] for name in stages}
     for frame in frames[:3]:  # warm-up: the first PIL/numpy calls load code
@@ -107,7 +106,7 @@ def pipeline_costs(model_path: Path, frames: list[str]) -> dict[str, list[float]
         total, _ = clock(lambda f=frame: pipeline.process([f]))
         decode, pixels = clock(lambda f=frame: load_image(f, 0, pipeline.policy))
         hashing, _ = clock(lambda p=pixels: pipeline.hash_pixels(p))
-        resize, _ = clock(lambda p=pixels: preprocess_image(p, pipeline.preprocess))
+        resize, _ = clock(lambda p=pixels: apply_preprocessor(p, pipeline.preprocess))
         for name, seconds in zip(stages, (total, decode, hashing, resize), strict=True):
             costs[name].append(seconds)
     return costs

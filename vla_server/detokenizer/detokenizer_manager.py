@@ -17,6 +17,7 @@ from vla_server.io_struct import (
     detokenizer_input_decoder,
     encode,
 )
+from vla_server.model.tokenizer import load_tokenizer
 from vla_server.multimodal.action_tokenizer import load_action_tokenizer
 from vla_server.process_utils import (
     IDLE_POLL_MS,
@@ -29,9 +30,7 @@ from vla_server.process_utils import (
 
 class DetokenizerManager:
     def __init__(self, cfg: DetokenizerConfig, port_args: PortArgs):
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(cfg.checkpoint.tokenizer_path)
+        tokenizer = load_tokenizer(cfg.checkpoint.tokenizer_path)
         self.decoder = IncrementalDecoder(tokenizer, vocab_size=len(tokenizer))
         self.actions = ActionDetokenizer(
             load_action_tokenizer(cfg.checkpoint.model_path, tokenizer)

@@ -24,6 +24,7 @@ from vla_server.frontend.generate_request import GenerateItem, from_kwargs, norm
 from vla_server.frontend.stream_output import stream_shaper
 from vla_server.frontend.tokenizer_manager import TokenizerManager
 from vla_server.frontend.watchdog import SubprocessWatchdog
+from vla_server.model.tokenizer import load_tokenizer
 from vla_server.process_utils import Heartbeat, freeze_startup_heap
 from vla_server.scheduler.process import run_scheduler_process
 
@@ -98,8 +99,6 @@ def stop_processes(procs: list[BaseProcess], timeout: float = 3.0) -> None:
 
 
 def launch_node(server_args: ServerArgs) -> Node:
-    from transformers import AutoTokenizer
-
     args = resolve_model_path(server_args)
     configs = args.configs()
     port_args = PortArgs.init_new()
@@ -125,7 +124,7 @@ def launch_node(server_args: ServerArgs) -> Node:
         sched_writer.close()
         detok.start()
         detok_writer.close()
-        tokenizer = AutoTokenizer.from_pretrained(configs.frontend.checkpoint.tokenizer_path)
+        tokenizer = load_tokenizer(configs.frontend.checkpoint.tokenizer_path)
         tm = TokenizerManager(configs.frontend, port_args, tokenizer)
         info = wait_for_ready(sched_reader, sched, procs)
         wait_for_ready(detok_reader, detok, procs)

@@ -17,7 +17,7 @@ from vla_server.multimodal.image_errors import ImageInputError
 from vla_server.multimodal.image_hash import format_mm_hash
 from vla_server.multimodal.image_input import MediaPolicy
 from vla_server.multimodal.image_pipeline import ImagePipeline
-from vla_server.multimodal.preprocess_config import PreprocessConfig
+from vla_server.multimodal.preprocessors import load_preprocessor
 from vla_server.multimodal.prompt_expansion import PlaceholderError, expand_image_placeholders
 
 MAX_ACTIONS_PER_REQUEST = 256
@@ -44,7 +44,7 @@ class MultimodalFrontend:
                 allowed_local_media_path=config.allowed_local_media_path,
                 allow_remote=config.allow_remote_media,
             )
-            self.pipeline = ImagePipeline(policy, PreprocessConfig.from_folder(path))
+            self.pipeline = ImagePipeline(policy, load_preprocessor(path))
         self.actions = load_action_tokenizer(path, tokenizer)
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="vla-mm")
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from vla_server.model.prismatic_config import PRISMATIC_MODEL_TYPES
+
 SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
 _DECODER_TYPES = ("llama", "qwen2")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -41,6 +43,8 @@ class ModelConfig:
     eos_token_ids: tuple[int, ...]
     dtype: torch.dtype
     is_multimodal: bool = False
+    # "llava" or "prismatic" (OpenVLA): which vision encoder and image layout; None: text only.
+    vision_format: str | None = None
     image_token_id: int | None = None
     # The vision tower's config.json section, for the vision loader (None for text-only models).
     vision_config: dict[str, Any] | None = None
@@ -64,13 +68,10 @@ _NOT_ARCHITECTURE = ("eos_token_ids", "dtype", "raw", "vision_config", "image_to
 
 
 def load_model_config(model_path: str | Path) -> ModelConfig:
-    from transformers import AutoConfig
-
     path = Path(model_path)
     raw = json.loads((path / "config.json").read_text())
-    hf = AutoConfig.from_pretrained(str(path))
+    hf, text, vision_format = _hf_configs(path, raw)
     architecture = (raw.get("architectures") or [type(hf).__name__])[0]
-    text = getattr(hf, "text_config", None) or hf
     decoder_type = text.model_type
     if decoder_type not in _DECODER_TYPES:
         raise NotImplementedError(
@@ -78,7 +79,7 @@ def load_model_config(model_path: str | Path) -> ModelConfig:
             f"(supported: {', '.join(_DECODER_TYPES)})"
         )
     _check_supported(text)
-    is_multimodal = text is not hf
+    is_multimodal = vision_format is not None
     rope = _rope_parameters(text)
     return ModelConfig(
         architecture=architecture,
@@ -100,10 +101,31 @@ def load_model_config(model_path: str | Path) -> ModelConfig:
         eos_token_ids=_eos_token_ids(path, raw),
         dtype=_config_dtype(raw),
         is_multimodal=is_multimodal,
+        vision_format=vision_format,
         image_token_id=getattr(hf, "image_token_id", None) if is_multimodal else None,
-        vision_config=raw.get("vision_config") if is_multimodal else None,
+        vision_config=raw.get("vision_config") if vision_format == "llava" else None,
         raw=raw,
     )
+
+
+def _hf_configs(path: Path, raw: dict[str, Any]) -> tuple[Any, Any, str | None]:
+    """(top-level config, decoder config, vision format) parsed by `transformers`' classes.
+
+    A Prismatic/OpenVLA folder names remote code in `auto_map`; it is never run: the decoder's
+    `text_config` is parsed by the `transformers` class of its own `model_type`.
+    """
+    from transformers import CONFIG_MAPPING, AutoConfig
+
+    if raw.get("model_type") in PRISMATIC_MODEL_TYPES:
+        text_raw = dict(raw.get("text_config") or {})
+        text_type = text_raw.pop("model_type", "llama")
+        if text_type not in CONFIG_MAPPING:
+            raise NotImplementedError(f"text_config model_type {text_type!r} is not known")
+        text = CONFIG_MAPPING[text_type](**text_raw)
+        return text, text, "prismatic"
+    hf = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
+    text = getattr(hf, "text_config", None)
+    return hf, text or hf, None if text is None else "llava"
 
 
 def _check_supported(text: Any) -> None:

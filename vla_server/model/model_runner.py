@@ -23,6 +23,7 @@ from vla_server.model.attention.registry import create_attention_backend
 from vla_server.model.config import ModelConfig, load_model_config, parse_dtype
 from vla_server.model.forward_batch import ForwardBatch, ForwardMode
 from vla_server.model.llama import LlamaForCausalLM
+from vla_server.model.prismatic_vision import PrismaticVisionEncoder
 from vla_server.model.sampling import Logprobs, SamplingBatchInfo, compute_logprobs, sample
 from vla_server.model.vision import VisionEncoder
 from vla_server.model.weight_loader import WeightLoadError, load_decoder_weights
@@ -31,6 +32,7 @@ logger = logging.getLogger(__name__)
 
 # Spare request rows beyond max_running_requests, for requests being admitted or retracted.
 REQ_POOL_SPARE_ROWS = 4
+VISION_ENCODERS = {"llava": VisionEncoder, "prismatic": PrismaticVisionEncoder}
 # Share of the memory that is free after the weights are loaded which goes to the KV pool.
 DEFAULT_MEM_FRACTION = {"cpu": 0.25, "cuda": 0.85}
 
@@ -75,9 +77,9 @@ class ModelRunner:
         )
         load_decoder_weights(self.model, self.model_path, progress=progress)
         # Before the KV pool is sized, so the pool only takes memory the vision weights leave.
-        self.vision: VisionEncoder | None = None
-        if self.config.is_multimodal:
-            self.vision = VisionEncoder.from_folder(
+        self.vision: VisionEncoder | PrismaticVisionEncoder | None = None
+        if self.config.vision_format is not None:
+            self.vision = VISION_ENCODERS[self.config.vision_format].from_folder(
                 self.model_path, dtype=self.dtype, device=self.device
             )
         self.req_to_token_pool = ReqToTokenPool(
@@ -231,7 +233,7 @@ class ModelRunner:
         self, pixel_values: Sequence[torch.Tensor | np.ndarray]
     ) -> list[torch.Tensor]:
         """Image embeddings: one [num_image_tokens, hidden] tensor (the runner's dtype, on its
-        device) per preprocessed image [3, H, W], all in one vision-tower call."""
+        device) per preprocessed image [C, H, W], all in one vision-tower call."""
         if self.vision is None:
             raise ValueError(f"{self.model_path} has no vision encoder")
         if not pixel_values:

@@ -28,15 +28,15 @@ from transformers.initialization import no_init_weights
 
 from vla_server.model.vision_spec import VisionSpec
 from vla_server.model.weight_loader import (
-    NON_DECODER_PREFIXES,
+    LLAVA_VISION_PREFIXES,
     WeightLoadError,
+    check_names_and_shapes,
     load_tensors_with_prefix,
 )
 
 _TOWER_PREFIXES = ("model.vision_tower.", "vision_tower.")
 _PROJECTOR_PREFIXES = ("model.multi_modal_projector.", "multi_modal_projector.")
 _LAYER_RE = re.compile(r"tower\.encoder\.layers\.(\d+)\.")
-_MAX_LISTED = 8
 
 
 class LlavaProjector(nn.Module):
@@ -110,12 +110,13 @@ class VisionEncoder(nn.Module):
                 f"{model_path} has a different vision encoder: " + "; ".join(differences)
             )
         tensors = {}
-        for name, tensor in load_tensors_with_prefix(model_path, NON_DECODER_PREFIXES).items():
+        for name, tensor in load_tensors_with_prefix(model_path, LLAVA_VISION_PREFIXES).items():
             ours = _module_name(name)
             if not self._unused(ours):
                 tensors[ours] = tensor
         expected = {name: tuple(t.shape) for name, t in self.state_dict().items()}
-        _check_names_and_shapes(expected, tensors)
+        found = {name: tuple(t.shape) for name, t in tensors.items()}
+        check_names_and_shapes(expected, found, "vision encoder")
         return tensors
 
     def load_weights(self, tensors: dict[str, torch.Tensor]) -> None:
@@ -139,25 +140,3 @@ def _module_name(name: str) -> str:
         if name.startswith(prefix):
             return "projector." + name[len(prefix) :]
     raise WeightLoadError(f"unexpected vision tensor {name!r}")
-
-
-def _check_names_and_shapes(
-    expected: dict[str, tuple[int, ...]], found: dict[str, torch.Tensor]
-) -> None:
-    problems = {
-        "missing": [n for n in expected if n not in found],
-        "unexpected": [n for n in found if n not in expected],
-        "misshapen": [
-            f"{n}: checkpoint {list(found[n].shape)}, model {list(shape)}"
-            for n, shape in expected.items()
-            if n in found and tuple(found[n].shape) != shape
-        ],
-    }
-    lines = [
-        f"{len(names)} {kind} vision tensor(s): {', '.join(names[:_MAX_LISTED])}"
-        + (f" (+{len(names) - _MAX_LISTED} more)" if len(names) > _MAX_LISTED else "")
-        for kind, names in problems.items()
-        if names
-    ]
-    if lines:
-        raise WeightLoadError("checkpoint does not match the vision encoder: " + "; ".join(lines))

@@ -25,12 +25,14 @@ from safetensors import safe_open
 from torch import nn
 from tqdm import tqdm
 
-NON_DECODER_PREFIXES = (
+LLAVA_VISION_PREFIXES = (
     "model.vision_tower.",
     "model.multi_modal_projector.",
     "vision_tower.",
     "multi_modal_projector.",
 )
+PRISMATIC_VISION_PREFIXES = ("vision_backbone.", "projector.")
+NON_DECODER_PREFIXES = LLAVA_VISION_PREFIXES + PRISMATIC_VISION_PREFIXES
 _LAYOUT_PREFIXES = (
     ("model.language_model.", "model."),
     ("language_model.model.", "model."),
@@ -115,6 +117,37 @@ def load_tensors_with_prefix(
     return out
 
 
+def tensor_shapes(model_path: str | Path, prefixes: Iterable[str]) -> dict[str, tuple[int, ...]]:
+    """Shape of every tensor whose name starts with one of `prefixes`, from the file headers."""
+    prefixes = tuple(prefixes)
+    by_file: dict[Path, list[str]] = defaultdict(list)
+    for name, file in tensor_files(model_path).items():
+        if name.startswith(prefixes):
+            by_file[file].append(name)
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file, names in by_file.items():
+        with safe_open(str(file), framework="pt") as f:
+            shapes.update({name: tuple(f.get_slice(name).get_shape()) for name in names})
+    return shapes
+
+
+def check_names_and_shapes(
+    expected: dict[str, tuple[int, ...]], found: dict[str, tuple[int, ...]], what: str
+) -> None:
+    """Raise a WeightLoadError listing what `found` (name -> shape) lacks, adds or misshapes."""
+    misshapen = [
+        f"{n}: checkpoint {list(found[n])}, model {list(shape)}"
+        for n, shape in expected.items()
+        if n in found and tuple(found[n]) != tuple(shape)
+    ]
+    _raise_if_any(
+        f"checkpoint does not match the {what}",
+        missing=[n for n in expected if n not in found],
+        unexpected=[n for n in found if n not in expected],
+        misshapen=misshapen,
+    )
+
+
 def _decoder_shapes(files: dict[str, Path]) -> dict[str, tuple[str, tuple[int, ...]]]:
     """Plain-Llama name -> (checkpoint name, shape), read from the file headers only."""
     by_file: dict[Path, list[str]] = defaultdict(list)
@@ -150,14 +183,19 @@ def _load_plan(
         for c, targets in needed.items()
         if c in found and found[c][1] != targets[0][2]
     ]
-    _raise_if_any(missing=missing, unexpected=unexpected, misshapen=misshapen)
+    _raise_if_any(
+        "checkpoint does not match the model",
+        missing=missing,
+        unexpected=unexpected,
+        misshapen=misshapen,
+    )
     plan: LoadPlan = defaultdict(list)
     for canonical, targets in needed.items():
         plan[found[canonical][0]].extend(targets)
     return dict(plan)
 
 
-def _raise_if_any(**problems: list[str]) -> None:
+def _raise_if_any(headline: str, **problems: list[str]) -> None:
     lines = []
     for kind, names in problems.items():
         if names:
@@ -165,4 +203,4 @@ def _raise_if_any(**problems: list[str]) -> None:
             more = f" (+{len(names) - _MAX_LISTED} more)" if len(names) > _MAX_LISTED else ""
             lines.append(f"{len(names)} {kind} tensor(s): {shown}{more}")
     if lines:
-        raise WeightLoadError("checkpoint does not match the model: " + "; ".join(lines))
+        raise WeightLoadError(f"{headline}: " + "; ".join(lines))

@@ -43,6 +43,9 @@ class ActionSpec:
     first_bin_token_id: int | None  # None: the last n_bins ids of the base vocabulary
     norm_stats: dict[str, NormStats]
     source: str  # the file it was read from, for error messages
+    # OpenVLA: text_config.vocab_size - pad_to_multiple_of, the vocabulary its bins count back
+    # from (predict_action's `vocab_size`); None when the config does not declare one.
+    declared_vocab: int | None = None
 
 
 def read_action_spec(folder: str | Path) -> ActionSpec | None:
@@ -94,8 +97,16 @@ def _spec_from_openvla_config(raw: dict[str, Any], source: str) -> ActionSpec:
             first_bin_token_id=None,
             norm_stats=_parse_norm_stats(raw["norm_stats"], action_dim, source),
             source=source,
+            declared_vocab=_declared_vocab(raw),
         )
     )
+
+
+def _declared_vocab(raw: dict[str, Any]) -> int | None:
+    padded = (raw.get("text_config") or {}).get("vocab_size")
+    if not isinstance(padded, int):
+        return None
+    return padded - int(raw.get("pad_to_multiple_of") or 0)
 
 
 def _checked_spec(spec: ActionSpec) -> ActionSpec:

@@ -91,6 +91,7 @@ class ActionTokenizer:
                 f"{clashes[:8]}: tokenizer_vocab_size={tokenizer_vocab_size} is probably "
                 "len(tokenizer) or the model's padded vocabulary, not tokenizer.vocab_size"
             )
+        _check_declared_vocab(spec, tokenizer_vocab_size)
         return tokenizer
 
     @property
@@ -210,6 +211,17 @@ def _check_base_vocab(folder: Path, tokenizer_vocab_size: int) -> None:
             f"tokenizer_vocab_size={tokenizer_vocab_size} but {path} has a base vocabulary of "
             f"{len(vocab)} ids: pass tokenizer.vocab_size, not len(tokenizer) (added tokens) "
             "or the model's padded embedding size"
+        )
+
+
+def _check_declared_vocab(spec: ActionSpec, tokenizer_vocab_size: int) -> None:
+    """OpenVLA counts bins back from text_config.vocab_size - pad_to_multiple_of; a tokenizer of
+    another size would put every action in the wrong bin."""
+    if spec.declared_vocab is not None and spec.declared_vocab != tokenizer_vocab_size:
+        raise ValueError(
+            f"{spec.source}: text_config.vocab_size - pad_to_multiple_of = {spec.declared_vocab} "
+            f"ids, but the tokenizer's base vocabulary has {tokenizer_vocab_size}: the action "
+            "bins would be shifted"
         )
 
 

@@ -16,13 +16,12 @@ import numpy as np
 from vla_server.multimodal.image_errors import ImageInputError
 from vla_server.multimodal.image_hash import image_hash, parse_mm_hash
 from vla_server.multimodal.image_input import ImageItem, MediaPolicy, load_image
-from vla_server.multimodal.preprocess import preprocess_image
-from vla_server.multimodal.preprocess_config import PreprocessConfig
+from vla_server.multimodal.preprocessors import Preprocessor, apply_preprocessor
 
 
 @dataclass(frozen=True)
 class ProcessedImage:
-    pixel_values: np.ndarray  # float32 [3, H, W]
+    pixel_values: np.ndarray  # float32 [C, H, W]: 3 per vision tower
     hash128: int
     source_hw: tuple[int, int]  # decoded size before preprocessing
     caller_hash: bool  # True: hash128 came from the request's mm_hashes
@@ -31,7 +30,7 @@ class ProcessedImage:
 @dataclass(frozen=True)
 class ImagePipeline:
     policy: MediaPolicy
-    preprocess: PreprocessConfig
+    preprocess: Preprocessor
     preprocess_digest: bytes = field(init=False)
 
     def __post_init__(self) -> None:
@@ -47,7 +46,7 @@ class ImagePipeline:
         pixels = load_image(item, index, self.policy)
         hash128 = caller_hash if caller_hash is not None else self.hash_pixels(pixels)
         return ProcessedImage(
-            pixel_values=preprocess_image(pixels, self.preprocess),
+            pixel_values=apply_preprocessor(pixels, self.preprocess),
             hash128=hash128,
             source_hw=(pixels.shape[0], pixels.shape[1]),
             caller_hash=caller_hash is not None,

@@ -66,7 +66,7 @@ class PreprocessConfig:
     @classmethod
     def from_folder(cls, folder: str | Path) -> PreprocessConfig:
         """From ``preprocessor_config.json`` or ``processor_config.json["image_processor"]``."""
-        return cls.from_dict(_read_image_processor_dict(Path(folder)))
+        return cls.from_dict(read_image_processor_dict(Path(folder)))
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> PreprocessConfig:
@@ -87,7 +87,7 @@ class PreprocessConfig:
         )
 
 
-def _read_image_processor_dict(folder: Path) -> dict[str, Any]:
+def read_image_processor_dict(folder: Path) -> dict[str, Any]:
     legacy = folder / "preprocessor_config.json"
     if legacy.is_file():
         return json.loads(legacy.read_text())

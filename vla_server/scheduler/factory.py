@@ -12,6 +12,7 @@ import torch
 from vla_server.config import ModelRunnerConfig, SchedulerConfig
 from vla_server.model.attention.registry import resolve_backend_name
 from vla_server.model.model_runner import ModelRunner
+from vla_server.model.tokenizer import load_tokenizer
 from vla_server.multimodal.action_tokenizer import load_action_tokenizer
 from vla_server.scheduler.batch_runner import BatchRunner
 from vla_server.scheduler.core import SchedulerCore
@@ -47,10 +48,8 @@ def action_mask(model_path: str, tokenizer: Any, vocab_size: int) -> torch.Tenso
 def build_core(
     cfg: SchedulerConfig, model: ModelRunnerConfig, sink: OutputSink, worker: Executor
 ) -> tuple[SchedulerCore, ModelRunner]:
-    from transformers import AutoTokenizer
-
     runner = build_model_runner(model)
-    tokenizer = AutoTokenizer.from_pretrained(model.checkpoint.tokenizer_path)
+    tokenizer = load_tokenizer(model.checkpoint.tokenizer_path)
     kv = KVCacheManager(runner.req_to_token_pool, runner.kv_pool, cfg.disable_radix_cache)
     embedder = ImageEmbedder(runner, cfg.mm_embedding_cache_mb) if runner.vision else None
     core = SchedulerCore(

@@ -1,0 +1,37 @@
+"""Which image preprocessing a checkpoint uses, read from its processor config, and running it.
+
+LLaVA-format checkpoints name a `transformers` image processor (`PreprocessConfig`,
+`preprocess_image`); Prismatic/OpenVLA folders name `PrismaticImageProcessor`
+(`PrismaticPreprocess`, `prismatic_preprocess`). Both give float32 `[C, H, W]` and a digest
+that scopes image hashes to the settings.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from vla_server.multimodal.preprocess import preprocess_image
+from vla_server.multimodal.preprocess_config import PreprocessConfig, read_image_processor_dict
+from vla_server.multimodal.prismatic_preprocess import (
+    PRISMATIC_PROCESSOR,
+    PrismaticPreprocess,
+    prismatic_preprocess,
+)
+
+Preprocessor = PreprocessConfig | PrismaticPreprocess
+
+
+def load_preprocessor(folder: str | Path) -> Preprocessor:
+    raw = read_image_processor_dict(Path(folder))
+    if raw.get("image_processor_type") == PRISMATIC_PROCESSOR:
+        return PrismaticPreprocess.from_dict(raw)
+    return PreprocessConfig.from_dict(raw)
+
+
+def apply_preprocessor(pixels: np.ndarray, cfg: Preprocessor) -> np.ndarray:
+    """uint8 RGB `[H, W, 3]` -> C-contiguous float32 `[C, H', W']`."""
+    if isinstance(cfg, PrismaticPreprocess):
+        return prismatic_preprocess(pixels, cfg)
+    return preprocess_image(pixels, cfg)
