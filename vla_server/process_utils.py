@@ -87,6 +87,11 @@ def parent_is_gone(parent_pid: int) -> bool:
     return os.getppid() != parent_pid
 
 
+# What a wrong checkpoint folder or setting raises while a node starts (WeightLoadError is a
+# ValueError); anything else is a bug, reported with its traceback.
+CHECKPOINT_ERRORS = (ValueError, OSError, NotImplementedError)
+
+
 def run_child_process(
     name: str,
     log_level: str,
@@ -103,7 +108,10 @@ def run_child_process(
     try:
         obj = build()
     except Exception as e:
-        logger.exception("%s failed to start", name)
+        if isinstance(e, CHECKPOINT_ERRORS):  # a bad folder or flag: the message says it all
+            logger.error("%s failed to start: %s: %s", name, type(e).__name__, e)
+        else:
+            logger.exception("%s failed to start", name)
         ready_pipe.send({"status": "error", "message": f"{type(e).__name__}: {e}"})
         sys.exit(1)
     freeze_startup_heap()

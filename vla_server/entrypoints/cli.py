@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from vla_server.config import ServerArgs
@@ -20,9 +21,15 @@ def main(argv: list[str] | None = None) -> None:
     if ns.command == "serve":
         args = ServerArgs.from_cli_args(ns)
         configure_logging(args.log_level)
+        from vla_server.entrypoints.engine import StartupError
         from vla_server.entrypoints.serve import run_server
 
-        run_server(args)
+        try:
+            run_server(args)
+        except StartupError as e:
+            # One line that names the problem; the children's logs above it have the details.
+            print(f"vla-server: error: {e}", file=sys.stderr)
+            raise SystemExit(1) from None
     else:
         from vla_server.model.demo import make_demo_model
 

@@ -25,7 +25,7 @@ from vla_server.frontend.stream_output import stream_shaper
 from vla_server.frontend.tokenizer_manager import TokenizerManager
 from vla_server.frontend.watchdog import SubprocessWatchdog
 from vla_server.model.tokenizer import load_tokenizer
-from vla_server.process_utils import Heartbeat, freeze_startup_heap
+from vla_server.process_utils import CHECKPOINT_ERRORS, Heartbeat, freeze_startup_heap
 from vla_server.scheduler.process import run_scheduler_process
 
 logger = logging.getLogger(__name__)
@@ -129,11 +129,13 @@ def launch_node(server_args: ServerArgs) -> Node:
         info = wait_for_ready(sched_reader, sched, procs)
         wait_for_ready(detok_reader, detok, procs)
         tm.set_model_info(info)
-    except BaseException:
+    except BaseException as e:
         stop_processes(procs)
         if tm is not None:
             tm.close()
         port_args.cleanup()
+        if isinstance(e, CHECKPOINT_ERRORS):
+            raise StartupError(f"front end failed to start: {type(e).__name__}: {e}") from e
         raise
     logger.info(
         "node ready: model %s, KV pool %d tokens, context %d",

@@ -3,8 +3,9 @@
 Shared by `POST /v1/actions` and the openpi policy WebSocket: both parse their body into an
 `ActionsBody` (the /v1/actions body; an openpi observation maps onto it), and `action_item` makes
 the normalised request. The prompt is the checkpoint's chat template over one user turn,
-instruction first and images last (see `instruction_messages`); sampling is greedy unless the
-caller sets a temperature. The query always runs as a stream inside the node, so each action's
+instruction first and images last (see `instruction_messages`), or for an OpenVLA checkpoint
+OpenVLA's own prompt (`openvla_prompt`); sampling is greedy unless the caller sets a
+temperature. The query always runs as a stream inside the node, so each action's
 completion time is known even when the caller wants one reply.
 """
 
@@ -22,6 +23,7 @@ from vla_server.errors import RequestError
 from vla_server.frontend.chat_prompt import chat_prompt_ids, instruction_messages
 from vla_server.frontend.common import finish_error
 from vla_server.frontend.generate_request import GenerateItem, parse_sampling
+from vla_server.frontend.openvla_prompt import action_prompt
 from vla_server.frontend.tokenizer_manager import TokenizerManager
 
 
@@ -125,12 +127,7 @@ async def action_item(
     if not images:
         raise RequestError("an action query needs at least one image", "image_data")
     assert tm.limits is not None
-    messages = instruction_messages(body.instruction, len(images))
-    ids = await tm.text_encoder.run(
-        len(body.instruction),
-        "instruction",
-        lambda tokenizer: chat_prompt_ids(tokenizer, messages, "instruction"),
-    )
+    ids = await _prompt_ids(tm, body.instruction, len(images))
     timing.prompt_ms = timing.since_start()
     return GenerateItem(
         rid=body.rid or uuid.uuid4().hex,
@@ -143,6 +140,17 @@ async def action_item(
         unnorm_key=body.unnorm_key,
         num_actions=body.num_actions,
         stream=True,
+    )
+
+
+async def _prompt_ids(tm: TokenizerManager, instruction: str, n_images: int) -> list[int]:
+    if tm.mm.openvla:
+        return await tm.text_encoder.encode(action_prompt(instruction), "instruction")
+    messages = instruction_messages(instruction, n_images)
+    return await tm.text_encoder.run(
+        len(instruction),
+        "instruction",
+        lambda tokenizer: chat_prompt_ids(tokenizer, messages, "instruction"),
     )
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from vla_server.config import FrontendConfig
 from vla_server.errors import RequestError
+from vla_server.frontend import openvla_prompt
 from vla_server.frontend.generate_request import GenerateItem
 from vla_server.io_struct import MMItem, Tensor
 from vla_server.multimodal.action_tokenizer import ActionDecodeError, load_action_tokenizer
@@ -31,11 +32,16 @@ class MultimodalFrontend:
         self.tokens_per_image: int = info.get("num_image_tokens") or 0
         self.vocab_size: int = info["vocab_size"]
         self.bos_token_id = tokenizer.bos_token_id
+        # OpenVLA (Prismatic layout): no placeholder token, one image right after BOS.
+        self.openvla = info.get("vision_format") == "prismatic"
         self.image_token = (
             tokenizer.convert_ids_to_tokens(self.image_token_id)
             if self.image_token_id is not None
+            else openvla_prompt.PLACEHOLDER
+            if self.openvla
             else None
         )
+        self.action_suffix_id = openvla_prompt.empty_token_id(tokenizer) if self.openvla else None
         self.pipeline: ImagePipeline | None = None
         if self.tokens_per_image:
             policy = MediaPolicy(
@@ -84,6 +90,11 @@ class MultimodalFrontend:
             )
         if self.pipeline is None:
             raise RequestError("this model takes no images", "image_data")
+        if self.openvla and len(item.images) > 1:
+            raise RequestError(
+                f"{len(item.images)} images; an OpenVLA checkpoint takes one image per prompt",
+                "image_data",
+            )
         if len(item.images) > self.max_images:
             raise RequestError(
                 f"{len(item.images)} images; the server accepts at most {self.max_images} per "
@@ -99,7 +110,6 @@ class MultimodalFrontend:
             where = e.field if e.index is None else f"{e.field}[{e.index}]"
             raise RequestError(str(e), where) from None
         insert_at = 1 if ids and ids[0] == self.bos_token_id else 0
-        assert self.image_token_id is not None
         try:
             expanded, spans = expand_image_placeholders(
                 ids,
@@ -118,6 +128,17 @@ class MultimodalFrontend:
             for sp, im in zip(spans, images, strict=True)
         ]
         return expanded, items
+
+    def prompt_text(self, text: str) -> str:
+        """The text to tokenize for a prompt (OpenVLA: its leading placeholder dropped)."""
+        return openvla_prompt.drop_placeholder(text) if self.openvla else text
+
+    def action_prompt_ids(self, ids: list[int]) -> list[int]:
+        """An action request's prompt: OpenVLA's ends with the empty token, as predict_action's."""
+        suffix = self.action_suffix_id
+        if suffix is None or (ids and ids[-1] == suffix):
+            return ids
+        return [*ids, suffix]
 
     def action_tokens(self, item: GenerateItem, prompt_len: int, context_len: int) -> int:
         """New tokens an action request needs (0 for a plain request); raises for bad input."""

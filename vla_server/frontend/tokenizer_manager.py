@@ -281,6 +281,8 @@ class TokenizerManager:
         `capture_time` starts counting."""
         assert self.limits is not None
         ids, embeds, field = await self._prompt_ids(item)
+        if item.num_actions:
+            ids = self.mm.action_prompt_ids(ids)
         ids, mm_items = await self.mm.expand(item, ids, field)
         check_prompt_length(len(ids), self.limits, field)
         action_tokens = self.mm.action_tokens(item, len(ids), self.limits.context_len)
@@ -321,7 +323,7 @@ class TokenizerManager:
             ids = [0] * item.input_embeds.shape[0]
             return ids, Tensor.from_numpy(item.input_embeds), "input_embeds"
         if item.text is not None:
-            return await self.text_encoder.encode(item.text), None, "text"
+            return await self.text_encoder.encode(self.mm.prompt_text(item.text)), None, "text"
         ids = list(item.input_ids or [])
         check_token_ids(ids, self.limits, "input_ids")
         return ids, None, "input_ids"

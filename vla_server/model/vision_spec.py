@@ -46,7 +46,9 @@ class VisionSpec:
 
     @classmethod
     def from_folder(cls, model_path: str | Path) -> VisionSpec:
-        return cls.from_hf_config(AutoConfig.from_pretrained(str(model_path), trust_remote_code=False))
+        return cls.from_hf_config(
+            AutoConfig.from_pretrained(str(model_path), trust_remote_code=False)
+        )
 
     @classmethod
     def from_hf_config(cls, config: Any) -> VisionSpec:

@@ -26,18 +26,19 @@ class PlaceholderError(ValueError):
 
 def expand_image_placeholders(
     ids: list[int],
-    image_token_id: int,
+    image_token_id: int | None,
     hashes: list[int],
     tokens_per_image: int,
     vocab_size: int,
     insert_at: int = 0,
 ) -> tuple[list[int], list[ImageSpan]]:
-    """The expanded ids and where each image sits. A prompt without placeholders gets one per
-    image at `insert_at` (the LLaVA convention: images first); otherwise the number of
-    placeholders must equal the number of images."""
+    """The expanded ids and where each image sits. A prompt without placeholders (or a model
+    without a placeholder token: `image_token_id` None) gets its images at `insert_at` (LLaVA's
+    and Prismatic's convention: right after BOS); otherwise the number of placeholders must
+    equal the number of images."""
     positions = [i for i, t in enumerate(ids) if t == image_token_id]
     if not positions and hashes:
-        ids = ids[:insert_at] + [image_token_id] * len(hashes) + ids[insert_at:]
+        ids = ids[:insert_at] + [-1] * len(hashes) + ids[insert_at:]  # -1: replaced below
         positions = list(range(insert_at, insert_at + len(hashes)))
     if len(positions) != len(hashes):
         raise PlaceholderError(

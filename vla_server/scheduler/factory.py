@@ -80,6 +80,7 @@ def ready_info(runner: ModelRunner, kv_total_tokens: int, attention_backend: str
         "device": str(runner.device),
         "dtype": str(runner.dtype).removeprefix("torch."),
         "image_token_id": cfg.image_token_id,
+        "vision_format": cfg.vision_format,
         "num_image_tokens": runner.vision.num_image_tokens if runner.vision else 0,
         "attention_backend": resolve_backend_name(attention_backend, runner.device),
     }
