@@ -251,4 +251,4 @@ def test_child_dying_during_startup_reports_its_exit_code():
     child.start()
     writer.close()
     with pytest.raises(StartupError, match="exited with code 3"):
-        wait_for_ready(reader, child, [child])
+        wait_for_ready({child: reader})

@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import base64
 import io
+import json
 import tempfile
 import time
 from collections.abc import Callable
@@ -35,9 +36,12 @@ import httpx
 import numpy as np
 from PIL import Image
 
+from vla_server.bench.multimodal_reference import REFERENCE_COLUMNS, reference_rounds
 from vla_server.bench.stats import plot_distributions, summary_ms, table, write_json
 from vla_server.bench.stream_client import StreamTiming, timed_stream
+from vla_server.frontend import openvla_prompt
 from vla_server.metrics import MM_IMAGE_SOURCES as SOURCES
+from vla_server.model.prismatic_config import PRISMATIC_MODEL_TYPES
 from vla_server.multimodal.image_input import MediaPolicy, load_image
 from vla_server.multimodal.image_pipeline import ImagePipeline
 from vla_server.multimodal.preprocessors import apply_preprocessor, load_preprocessor
@@ -54,6 +58,30 @@ CASES = {
     "repeated frame, same prompt": (0, "prefix_cache"),
     "repeated frame, other instruction": (1, "embedding_cache"),
 }
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a checkpoint puts the image, and so which cache serves each case."""
+
+    prompt: str  # with {instruction}
+    instructions: tuple[str, ...]
+    cases: dict[str, tuple[int, str]]
+
+
+LLAVA_LAYOUT = Layout(PROMPT, INSTRUCTIONS, CASES)
+# OpenVLA's image sits right after BOS, before any text: another instruction still finds every
+# image position in the prefix cache.
+OPENVLA_LAYOUT = Layout(
+    openvla_prompt.PROMPT,
+    ("pick up the red block", "open the drawer"),
+    {**CASES, "repeated frame, other instruction": (1, "prefix_cache")},
+)
+
+
+def layout_of(model_path: Path) -> Layout:
+    model_type = json.loads((model_path / "config.json").read_text()).get("model_type")
+    return OPENVLA_LAYOUT if model_type in PRISMATIC_MODEL_TYPES else LLAVA_LAYOUT
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -126,9 +154,11 @@ async def image_sources(client: httpx.AsyncClient) -> dict[str, int]:
     return {source: images[source] for source in SOURCES}
 
 
-def request_body(frame: str, instruction: str, key: str | None, num_actions: int) -> dict:
+def request_body(
+    frame: str, instruction: str, key: str | None, num_actions: int, prompt: str = PROMPT
+) -> dict:
     return {
-        "text": PROMPT.format(instruction=instruction),
+        "text": prompt.format(instruction=instruction),
         "image_data": frame,
         "num_actions": num_actions,
         "unnorm_key": key,
@@ -143,16 +173,17 @@ class CaseRuns:
 
 
 async def served_rounds(
-    server: ServerProcess, frames: list[str], key: str | None, num_actions: int
+    server: ServerProcess, frames: list[str], key: str | None, num_actions: int, layout: Layout
 ) -> dict[str, CaseRuns]:
     """Per frame, one stream at a time: the new frame, then the same frame twice more. The
     node's image counts are read between requests (outside the timed streams)."""
-    out = {case: CaseRuns() for case in CASES}
+    out = {case: CaseRuns() for case in layout.cases}
     async with httpx.AsyncClient(base_url=server.url, timeout=600) as client:
         for frame in frames:
-            for case, (which, _) in CASES.items():
+            for case, (which, _) in layout.cases.items():
                 before = await image_sources(client)
-                body = request_body(frame, INSTRUCTIONS[which], key, num_actions)
+                instruction = layout.instructions[which]
+                body = request_body(frame, instruction, key, num_actions, layout.prompt)
                 out[case].timings.append(await timed_stream(client, body))
                 after = await image_sources(client)
                 for source in SOURCES:
@@ -164,6 +195,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from vla_server.model.demo import demo_model_path
 
     path = Path(args.model_path) if args.model_path else demo_model_path()
+    layout = layout_of(path)
     shape = (args.width, args.height, args.jpeg_quality)
     print(f"model {path}; timing {args.frames} {args.width}x{args.height} JPEG frames ...")
     costs = pipeline_costs(path, camera_frames(args.frames, *shape, seed=1))
@@ -174,25 +206,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with run_server(path, Path(tempfile.mkdtemp(prefix="vla-bench-mm-")), *flags) as server:
         key = unnorm_key(server, args.unnorm_key)
         warmup = frames[args.rounds :]
-        asyncio.run(served_rounds(server, warmup, key, args.num_actions))
-        print(f"served: {args.rounds} rounds x {len(CASES)} requests, unnorm_key {key} ...")
+        asyncio.run(served_rounds(server, warmup, key, args.num_actions, layout))
+        print(f"served: {args.rounds} rounds x {len(layout.cases)} requests, unnorm_key {key} ...")
         measured = frames[: args.rounds]
-        served = asyncio.run(served_rounds(server, measured, key, args.num_actions))
-    return report(args, path, served, costs)
+        served = asyncio.run(served_rounds(server, measured, key, args.num_actions, layout))
+    reference = None
+    if layout is OPENVLA_LAYOUT:
+        reference = reference_rounds(path, measured, key, layout, served)
+    return report(args, path, layout, served, costs, reference)
 
 
 def _ratio(value: float, base: float) -> float:
     return value / base if base else float("nan")
 
 
-def case_row(case: str, runs: CaseRuns) -> dict[str, Any]:
+def case_row(case: str, runs: CaseRuns, layout: Layout = LLAVA_LAYOUT) -> dict[str, Any]:
     """TTFT and time-to-first-action percentiles of one case, and the image sources the node
     counted for its requests against the one the case must hit."""
     timings = runs.timings
     ttft = summary_ms([t.ttft for t in timings])
     ttfa = summary_ms([t.actions_at[0] for t in timings if t.actions_at])
     cached = [t.last["meta_info"]["cached_tokens"] for t in timings if t.last]
-    expected = CASES[case][1]
+    expected = layout.cases[case][1]
     return {
         "case": case,
         "n": len(timings),
@@ -206,9 +241,9 @@ def case_row(case: str, runs: CaseRuns) -> dict[str, Any]:
     }
 
 
-def served_rows(served: dict[str, CaseRuns]) -> list[dict[str, Any]]:
+def served_rows(served: dict[str, CaseRuns], layout: Layout = LLAVA_LAYOUT) -> list[dict[str, Any]]:
     """One row per case; the repeated cases also get their P50/P99 ratios to the new frame."""
-    rows = [case_row(case, runs) for case, runs in served.items()]
+    rows = [case_row(case, runs, layout) for case, runs in served.items()]
     new = rows[0]
     for row in rows[1:]:
         for metric in ("ttft", "ttfa"):
@@ -220,10 +255,12 @@ def served_rows(served: dict[str, CaseRuns]) -> list[dict[str, Any]]:
 def report(
     args: argparse.Namespace,
     path: Path,
+    layout: Layout,
     served: dict[str, CaseRuns],
     costs: dict[str, list[float]],
+    reference: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    rows = served_rows(served)
+    rows = served_rows(served, layout)
     stages = [{"stage": name, **summary_ms(values)} for name, values in costs.items()]
     print(f"\nmodel {path.name}: one stream at a time, {args.num_actions} action(s) per request")
     print("TTFT / time-to-first-action (TTFA) in ms; ratio = case / new frame (same run)")
@@ -236,15 +273,19 @@ def report(
         verdict = "as expected" if row["sources_as_expected"] else "NOT AS EXPECTED"
         counts = ", ".join(f"{k} {v}" for k, v in row["sources"].items())
         print(f"  {row['case']}: {counts} (expected {row['expected_source']}: {verdict})")
+    if reference is not None:
+        print("\nthe node vs OpenVLA's HF-style generate in-process (ms; ratio = reference / node)")
+        print(table(reference, REFERENCE_COLUMNS))
     print(f"\nmain-process cost per {args.width}x{args.height} JPEG frame (ms, in-process)")
     print(table(stages, ["stage", "n", "p50", "p90", "p99", "mean"]))
     result = {
         "model": str(path),
-        "prompt": PROMPT,
+        "prompt": layout.prompt,
         "frame": {"width": args.width, "height": args.height, "jpeg_quality": args.jpeg_quality},
         "num_actions": args.num_actions,
         "served": rows,
         "pipeline_ms": stages,
+        "reference": reference,
     }
     write_json(args.out / f"multimodal-{path.name}.json", result)
     series: dict[str, list[float]] = {}

@@ -15,6 +15,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
+from multiprocessing.connection import wait as mp_wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
@@ -126,8 +127,7 @@ def launch_node(server_args: ServerArgs) -> Node:
         detok_writer.close()
         tokenizer = load_tokenizer(configs.frontend.checkpoint.tokenizer_path)
         tm = TokenizerManager(configs.frontend, port_args, tokenizer)
-        info = wait_for_ready(sched_reader, sched, procs)
-        wait_for_ready(detok_reader, detok, procs)
+        info = wait_for_ready({sched: sched_reader, detok: detok_reader})["scheduler"]
         tm.set_model_info(info)
     except BaseException as e:
         stop_processes(procs)
@@ -147,33 +147,26 @@ def launch_node(server_args: ServerArgs) -> Node:
     return Node(args, configs, port_args, tm, procs, heartbeats, info)
 
 
-def wait_for_ready(
-    reader: Connection, child: BaseProcess, procs: list[BaseProcess]
-) -> dict[str, Any]:
-    """The ready message `child` writes once started; a death of any of `procs` first fails
-    start-up at once with its exit code (no hang)."""
-    while True:
-        try:
-            if reader.poll(READY_POLL_S):
-                info = reader.recv()
-                break
-        except EOFError:
-            info = None
-            break
-        dead = next((p for p in procs if not p.is_alive()), None)
-        if dead is not None:
-            dead.join(1)  # reap it, so the exit code is known
-            raise StartupError(
-                f"{dead.name} process exited with code {dead.exitcode} during start-up"
-            )
-    if info is None:
-        child.join(2)
-        raise StartupError(
-            f"{child.name} process exited with code {child.exitcode} during start-up"
-        )
-    if info.get("status") != "ready":
-        raise StartupError(f"{child.name} failed to start: {info.get('message')}")
-    return info
+def wait_for_ready(readers: dict[BaseProcess, Connection]) -> dict[str, dict[str, Any]]:
+    """Each child's ready message, by process name. The first child to report an error, or to
+    die without reporting (its pipe closes), fails start-up at once with its message or exit
+    code: the one that failed is named, whichever child the others were waiting behind."""
+    infos: dict[str, dict[str, Any]] = {}
+    pending = {conn: child for child, conn in readers.items()}
+    while pending:
+        for conn in mp_wait(list(pending), timeout=READY_POLL_S):
+            child = pending.pop(conn)  # type: ignore[arg-type]
+            try:
+                info = conn.recv()  # type: ignore[union-attr]
+            except EOFError:
+                child.join(2)  # reap it, so the exit code is known
+                raise StartupError(
+                    f"{child.name} process exited with code {child.exitcode} during start-up"
+                ) from None
+            if info.get("status") != "ready":
+                raise StartupError(f"{child.name} failed to start: {info.get('message')}")
+            infos[child.name] = info
+    return infos
 
 
 class Engine:

@@ -11,6 +11,10 @@ from __future__ import annotations
 import itertools
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import LlamaTokenizer
 
 SPECIALS = ("<unk>", "<s>", "</s>")
 BYTE_PIECES = tuple(f"<0x{b:02X}>" for b in range(256))
@@ -85,7 +89,7 @@ def _trained_vocab_and_merges(n_pieces: int) -> tuple[list[str], list[tuple[str,
     return pieces, [tuple(m) for m in model["merges"]]
 
 
-def build_llama_tokenizer(n_base: int = 1024):  # -> transformers.LlamaTokenizer
+def build_llama_tokenizer(n_base: int = 1024) -> LlamaTokenizer:
     """The tokenizer: `n_base` base ids (specials, bytes, trained pieces) plus ``<PAD>``."""
     from transformers import LlamaTokenizer
 
@@ -114,6 +118,14 @@ def save_llama_tokenizer(out_dir: Path, n_base: int = 1024) -> None:
     tok.save_pretrained(str(out_dir))
     config_path = Path(out_dir) / "tokenizer_config.json"
     config = json.loads(config_path.read_text())
-    # AutoTokenizer resolves the class from this name, without remote code.
-    config["tokenizer_class"] = "LlamaTokenizer"
+    # AutoTokenizer resolves the class from this name, without remote code; the rest are the
+    # values OpenVLA's tokenizer_config.json has.
+    config.update(
+        tokenizer_class="LlamaTokenizer",
+        add_bos_token=True,
+        add_eos_token=False,
+        legacy=False,
+        model_max_length=2048,
+        padding_side="right",
+    )
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")

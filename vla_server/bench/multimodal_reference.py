@@ -1,0 +1,66 @@
+"""OpenVLA's own way of running a checkpoint, next to the node in `bench multimodal`.
+
+The reference is `predict_action`: Hugging Face-style greedy generate with the checkpoint's
+towers in timm and its Llama in `transformers`, in one process (the oracle's, see
+`prismatic_ref`), no server, no batching, no cache between requests. It runs on the frames and
+prompts the node was measured on, and each of its requests is timed inside that process, so
+the ratio compares model work with model work plus the node's HTTP and IPC.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vla_server.bench.prismatic_ref.oracle_env import reference_predict
+from vla_server.bench.stats import summary_ms
+
+if TYPE_CHECKING:
+    from vla_server.bench.multimodal import CaseRuns, Layout
+
+REFERENCE_COLUMNS = [
+    "case",
+    "n",
+    "node_ttfa_p50",
+    "reference_p50",
+    "ratio_p50",
+    "node_ttfa_p99",
+    "reference_p99",
+    "ratio_p99",
+    "tokens_equal",
+]
+
+
+def reference_rounds(
+    path: Path, frames: list[str], key: str | None, layout: Layout, served: dict[str, CaseRuns]
+) -> list[dict[str, Any]]:
+    """One row per case: the node's time to first action and the reference's, and on how many
+    requests the node's action tokens equal the reference's."""
+    cases = list(layout.cases.items())
+    requests = [
+        {"image_png_b64": frame, "instruction": layout.instructions[which], "unnorm_key": key}
+        for frame in frames
+        for _, (which, _) in cases
+    ]
+    print(f"reference: OpenVLA predict_action on {len(requests)} requests (oracle process) ...")
+    results = reference_predict(path, requests)
+    rows = []
+    for i, (case, _) in enumerate(cases):
+        timings = served[case].timings
+        ours = summary_ms([t.actions_at[0] for t in timings if t.actions_at])
+        theirs = summary_ms([r["first_action_ms"] / 1000 for r in results[i :: len(cases)]])
+        equal = sum(
+            t.output_ids[: len(r["token_ids"])] == r["token_ids"]
+            for t, r in zip(timings, results[i :: len(cases)], strict=True)
+        )
+        rows.append(
+            {
+                "case": case,
+                "n": len(timings),
+                **{f"node_ttfa_{q}": ours[q] for q in ("p50", "p99")},
+                **{f"reference_{q}": theirs[q] for q in ("p50", "p99")},
+                **{f"ratio_{q}": theirs[q] / ours[q] for q in ("p50", "p99")},
+                "tokens_equal": f"{equal}/{len(timings)}",
+            }
+        )
+    return rows
