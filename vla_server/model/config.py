@@ -114,18 +114,26 @@ def _hf_configs(path: Path, raw: dict[str, Any]) -> tuple[Any, Any, str | None]:
     A Prismatic/OpenVLA folder names remote code in `auto_map`; it is never run: the decoder's
     `text_config` is parsed by the `transformers` class of its own `model_type`.
     """
-    from transformers import CONFIG_MAPPING, AutoConfig
+    from transformers import AutoConfig
 
     if raw.get("model_type") in PRISMATIC_MODEL_TYPES:
-        text_raw = dict(raw.get("text_config") or {})
-        text_type = text_raw.pop("model_type", "llama")
-        if text_type not in CONFIG_MAPPING:
-            raise NotImplementedError(f"text_config model_type {text_type!r} is not known")
-        text = CONFIG_MAPPING[text_type](**text_raw)
+        text = prismatic_text_config(raw)
         return text, text, "prismatic"
     hf = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
     text = getattr(hf, "text_config", None)
     return hf, text or hf, None if text is None else "llava"
+
+
+def prismatic_text_config(raw: dict[str, Any]) -> Any:
+    """The decoder config of a Prismatic/OpenVLA `config.json`: its `text_config` (which holds
+    only what differs from the defaults) parsed by the class of its `model_type`."""
+    from transformers import CONFIG_MAPPING
+
+    text_raw = dict(raw.get("text_config") or {})
+    text_type = text_raw.pop("model_type", "llama")
+    if text_type not in CONFIG_MAPPING:
+        raise NotImplementedError(f"text_config model_type {text_type!r} is not known")
+    return CONFIG_MAPPING[text_type](**text_raw)
 
 
 def _check_supported(text: Any) -> None:

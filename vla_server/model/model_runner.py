@@ -238,7 +238,8 @@ class ModelRunner:
             raise ValueError(f"{self.model_path} has no vision encoder")
         if not pixel_values:
             return []
-        return self.vision.encode(torch.stack([torch.as_tensor(p) for p in pixel_values]))
+        # One copy into a fresh array: the wire's pixel buffers are read-only.
+        return self.vision.encode(torch.from_numpy(np.stack([np.asarray(p) for p in pixel_values])))
 
     def update_weights_from_disk(self, model_path: str | Path) -> None:
         """Swap in a checkpoint of the same architecture; on any error the old weights stay."""

@@ -108,7 +108,17 @@ def prismatic_preprocess(pixels: np.ndarray, cfg: PrismaticPreprocess) -> np.nda
     image = Image.fromarray(pixels)
     if cfg.letterbox_fill is not None:
         image = _letterbox(image, cfg.letterbox_fill)
-    return np.ascontiguousarray(np.concatenate([_tower_pixels(image, t) for t in cfg.towers]))
+    # OpenVLA's two towers resize alike: resize once, normalise twice.
+    scaled: dict[tuple[object, ...], np.ndarray] = {}
+    parts = []
+    for t in cfg.towers:
+        key = (t.size, t.resample, t.crop_hw)
+        if key not in scaled:
+            scaled[key] = _scaled(image, t)
+        mean = np.asarray(t.mean, dtype=np.float32)
+        std = np.asarray(t.std, dtype=np.float32)
+        parts.append(np.moveaxis((scaled[key] - mean) / std, -1, 0))
+    return np.ascontiguousarray(np.concatenate(parts))
 
 
 def _letterbox(image: Image.Image, fill: tuple[int, int, int]) -> Image.Image:
@@ -119,13 +129,11 @@ def _letterbox(image: Image.Image, fill: tuple[int, int, int]) -> Image.Image:
     return out
 
 
-def _tower_pixels(image: Image.Image, t: TowerTransform) -> np.ndarray:
+def _scaled(image: Image.Image, t: TowerTransform) -> np.ndarray:
+    """Resized, center-cropped, in [0, 1]: float32 ``[H', W', 3]``."""
     resized = image.resize(_resized_wh(image.size, t.size), resample=t.resample)
     hwc = _center_crop(np.asarray(resized), t.crop_hw)
-    values = hwc.astype(np.float32) / np.float32(255)
-    mean = np.asarray(t.mean, dtype=np.float32)
-    std = np.asarray(t.std, dtype=np.float32)
-    return np.moveaxis((values - mean) / std, -1, 0)
+    return hwc.astype(np.float32) / np.float32(255)
 
 
 def _resized_wh(wh: tuple[int, int], size: tuple[int, int] | int) -> tuple[int, int]:
