@@ -11,6 +11,7 @@ import pytest
 from tests.helpers.images import png_base64, random_rgb
 from tests.helpers.server import run_server
 from vla_server.bench.prismatic_ref.oracle_env import build_openvla_checkpoint, reference_predict
+from vla_server.config import default_torch_threads
 
 pytestmark = pytest.mark.slow
 
@@ -21,7 +22,10 @@ FULL = {
     "norm_keys": "bridge_orig,fractal20220817_data",
 }
 FRAMES = [random_rgb(480, 640, seed=21), random_rgb(224, 224, seed=22)]
-CASES = [(0, "pick up the red block", "bridge_orig"), (1, "open the drawer", "fractal20220817_data")]
+CASES = [
+    (0, "pick up the red block", "bridge_orig"),
+    (1, "open the drawer", "fractal20220817_data"),
+]
 
 
 def test_real_size_towers_equal_predict_action(tmp_path):
@@ -30,7 +34,8 @@ def test_real_size_towers_equal_predict_action(tmp_path):
         {"image_png_b64": png_base64(FRAMES[f]), "instruction": text, "unnorm_key": key}
         for f, text, key in CASES
     ]
-    reference = reference_predict(path, requests)
+    # as many CPU threads as the node's model, so the printed times compare like with like
+    reference = reference_predict(path, requests, threads=default_torch_threads())
     with run_server(path, tmp_path, "--dtype", "float32") as server, server.client() as c:
         for (frame, text, key), ref in zip(CASES, reference, strict=True):
             body = {

@@ -1,6 +1,6 @@
 """The other Prismatic layouts OpenVLA-style checkpoints come in, each through the offline
-`Engine` against the reference's `predict_action`: a single SigLIP or CLIP (QuickGELU) tower
-with the `gelu-mlp` projector, DINOv2 with a `linear` projector, letterbox preprocessing, a
+`Engine` against the reference's `predict_action`: a single SigLIP, CLIP (QuickGELU) or IN1K
+ViT-L/16 (196 patches) tower with the `gelu-mlp` projector, DINOv2 with a `linear` projector, letterbox preprocessing, a
 sharded `model.safetensors.index.json`, and bf16 on the CPU."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ VARIANTS = {
     "siglip-gelu-mlp": {"backbone": "siglip-vit-so400m", "arch_specifier": "no-align+gelu-mlp"},
     "clip-quick-gelu": {"backbone": "clip-vit-l", "arch_specifier": "gelu-mlp"},
     "dinov2-linear": {"backbone": "dinov2-vit-l", "arch_specifier": "no-align+linear"},
+    "in1k-patch16": {"backbone": "in1k-vit-l", "arch_specifier": "gelu-mlp"},
     "letterbox": {**FUSED, "resize_strategy": "letterbox"},
     "sharded": {**FUSED, "sharded": True},
 }

@@ -39,6 +39,7 @@ from PIL import Image
 from vla_server.bench.multimodal_reference import REFERENCE_COLUMNS, reference_rounds
 from vla_server.bench.stats import plot_distributions, summary_ms, table, write_json
 from vla_server.bench.stream_client import StreamTiming, timed_stream
+from vla_server.config import default_torch_threads
 from vla_server.frontend import openvla_prompt
 from vla_server.metrics import MM_IMAGE_SOURCES as SOURCES
 from vla_server.model.prismatic_config import PRISMATIC_MODEL_TYPES
@@ -212,7 +213,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         served = asyncio.run(served_rounds(server, measured, key, args.num_actions, layout))
     reference = None
     if layout is OPENVLA_LAYOUT:
-        reference = reference_rounds(path, measured, key, layout, served)
+        threads = args.torch_threads or default_torch_threads()  # the server's model threads
+        reference = reference_rounds(path, measured, key, layout, served, threads)
     return report(args, path, layout, served, costs, reference)
 
 
@@ -292,10 +294,13 @@ def report(
     for case, runs in served.items():
         series[f"TTFT, {case}"] = [t.ttft for t in runs.timings]
         series[f"TTFA, {case}"] = [t.actions_at[0] for t in runs.timings if t.actions_at]
+    for row in reference or []:
+        series[f"OpenVLA predict_action, {row['case']}"] = row["reference_s"]
     series["JPEG frame: ImagePipeline.process"] = costs["total (ImagePipeline.process)"]
     plot_distributions(
         args.out / f"multimodal-{path.name}.png",
-        f"new vs repeated frame (prefix / embedding cache): {path.name}",
+        f"new vs repeated frame (prefix / embedding cache): {path.name}"
+        + (" vs OpenVLA's predict_action" if reference else ""),
         series,
     )
     print(f"wrote {args.out}/multimodal-{path.name}.json and .png")

@@ -32,23 +32,30 @@ REFERENCE_COLUMNS = [
 
 
 def reference_rounds(
-    path: Path, frames: list[str], key: str | None, layout: Layout, served: dict[str, CaseRuns]
+    path: Path,
+    frames: list[str],
+    key: str | None,
+    layout: Layout,
+    served: dict[str, CaseRuns],
+    threads: int,
 ) -> list[dict[str, Any]]:
-    """One row per case: the node's time to first action and the reference's, and on how many
-    requests the node's action tokens equal the reference's."""
+    """One row per case: the node's time to first action and the reference's (on as many CPU
+    threads as the node's model), and on how many requests the node's action tokens equal the
+    reference's."""
     cases = list(layout.cases.items())
     requests = [
         {"image_png_b64": frame, "instruction": layout.instructions[which], "unnorm_key": key}
         for frame in frames
         for _, (which, _) in cases
     ]
-    print(f"reference: OpenVLA predict_action on {len(requests)} requests (oracle process) ...")
-    results = reference_predict(path, requests)
+    print(f"reference: OpenVLA predict_action on {len(requests)} requests, {threads} threads ...")
+    results = reference_predict(path, requests, threads=threads)
     rows = []
     for i, (case, _) in enumerate(cases):
         timings = served[case].timings
         ours = summary_ms([t.actions_at[0] for t in timings if t.actions_at])
-        theirs = summary_ms([r["first_action_ms"] / 1000 for r in results[i :: len(cases)]])
+        seconds = [r["first_action_ms"] / 1000 for r in results[i :: len(cases)]]
+        theirs = summary_ms(seconds)
         equal = sum(
             t.output_ids[: len(r["token_ids"])] == r["token_ids"]
             for t, r in zip(timings, results[i :: len(cases)], strict=True)
@@ -61,6 +68,7 @@ def reference_rounds(
                 **{f"reference_{q}": theirs[q] for q in ("p50", "p99")},
                 **{f"ratio_{q}": theirs[q] / ours[q] for q in ("p50", "p99")},
                 "tokens_equal": f"{equal}/{len(timings)}",
+                "reference_s": seconds,  # for the plot
             }
         )
     return rows

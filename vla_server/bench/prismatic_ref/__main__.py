@@ -37,6 +37,9 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("--model", type=Path, required=True)
     predict.add_argument("--requests", type=Path, required=True, help="a JSON list of requests")
     predict.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    predict.add_argument(
+        "--threads", type=int, default=None, help="torch CPU threads (default: torch's own)"
+    )
     return parser
 
 
@@ -56,8 +59,12 @@ def _build(args: argparse.Namespace) -> None:
 
 
 def _predict(args: argparse.Namespace) -> None:
+    import torch
+
     from vla_server.bench.prismatic_ref.reference import load_reference
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     ref = load_reference(args.model, DTYPES[args.dtype])
     for request in json.loads(args.requests.read_text()):
         print(json.dumps(ref.predict(request)), flush=True)

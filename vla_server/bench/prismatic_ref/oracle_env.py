@@ -137,14 +137,18 @@ def build_openvla_checkpoint(out_dir: Path | None = None, **options: Any) -> Pat
     return cached_folder(checkpoint_name(options), build)
 
 
-def reference_predict(model_dir: Path, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """OpenVLA's ``predict_action`` on each request, run by the oracle; one dict per request."""
+def reference_predict(
+    model_dir: Path, requests: list[dict[str, Any]], *, threads: int | None = None
+) -> list[dict[str, Any]]:
+    """OpenVLA's ``predict_action`` on each request, run by the oracle; one dict per request.
+    `threads`: torch's CPU threads there (a timing comparison gives it the node's count)."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(requests, f)
     try:
-        out = run_oracle(
-            ["predict", "--model", str(model_dir), "--requests", f.name], timeout=PREDICT_TIMEOUT_S
-        )
+        args = ["predict", "--model", str(model_dir), "--requests", f.name]
+        if threads:
+            args += ["--threads", str(threads)]
+        out = run_oracle(args, timeout=PREDICT_TIMEOUT_S)
     finally:
         os.unlink(f.name)
     return [json.loads(line) for line in out.splitlines() if line.strip()]
