@@ -214,7 +214,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     reference = None
     if layout is OPENVLA_LAYOUT:
         threads = args.torch_threads or default_torch_threads()  # the server's model threads
-        reference = reference_rounds(path, measured, key, layout, served, threads)
+        cases = {case: layout.instructions[which] for case, (which, _) in layout.cases.items()}
+        timings = {case: runs.timings for case, runs in served.items()}
+        reference = reference_rounds(path, measured, key, cases, timings, threads)
     return report(args, path, layout, served, costs, reference)
 
 

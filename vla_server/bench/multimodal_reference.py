@@ -10,13 +10,11 @@ the ratio compares model work with model work plus the node's HTTP and IPC.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from vla_server.bench.prismatic_ref.oracle_env import reference_predict
 from vla_server.bench.stats import summary_ms
-
-if TYPE_CHECKING:
-    from vla_server.bench.multimodal import CaseRuns, Layout
+from vla_server.bench.stream_client import StreamTiming
 
 REFERENCE_COLUMNS = [
     "case",
@@ -35,24 +33,23 @@ def reference_rounds(
     path: Path,
     frames: list[str],
     key: str | None,
-    layout: Layout,
-    served: dict[str, CaseRuns],
+    cases: dict[str, str],
+    served: dict[str, list[StreamTiming]],
     threads: int,
 ) -> list[dict[str, Any]]:
-    """One row per case: the node's time to first action and the reference's (on as many CPU
-    threads as the node's model), and on how many requests the node's action tokens equal the
-    reference's."""
-    cases = list(layout.cases.items())
+    """One row per case (`cases`: case -> instruction, in the order each frame was served): the
+    node's time to first action and the reference's (on as many CPU threads as the node's
+    model), and on how many requests the node's action tokens equal the reference's."""
     requests = [
-        {"image_png_b64": frame, "instruction": layout.instructions[which], "unnorm_key": key}
+        {"image_png_b64": frame, "instruction": instruction, "unnorm_key": key}
         for frame in frames
-        for _, (which, _) in cases
+        for instruction in cases.values()
     ]
     print(f"reference: OpenVLA predict_action on {len(requests)} requests, {threads} threads ...")
     results = reference_predict(path, requests, threads=threads)
     rows = []
-    for i, (case, _) in enumerate(cases):
-        timings = served[case].timings
+    for i, case in enumerate(cases):
+        timings = served[case]
         ours = summary_ms([t.actions_at[0] for t in timings if t.actions_at])
         seconds = [r["first_action_ms"] / 1000 for r in results[i :: len(cases)]]
         theirs = summary_ms(seconds)
