@@ -301,8 +301,9 @@ def report(
     series["JPEG frame: ImagePipeline.process"] = costs["total (ImagePipeline.process)"]
     plot_distributions(
         args.out / f"multimodal-{path.name}.png",
-        f"new vs repeated frame (prefix / embedding cache): {path.name}"
-        + (" vs OpenVLA's predict_action" if reference else ""),
+        f"{path.name}: node vs OpenVLA predict_action"
+        if reference
+        else f"new vs repeated frame (prefix / embedding cache): {path.name}",
         series,
     )
     print(f"wrote {args.out}/multimodal-{path.name}.json and .png")
