@@ -18,10 +18,11 @@ BENCHES = {
     "fleet": "vla_server.bench.fleet",
     "ecosystem": "vla_server.bench.ecosystem",
     "soak": "vla_server.bench.soak",
+    "control": "vla_server.bench.control",
     "bridge": "ros_bridge.bench_bridge",
 }
 # What a benchmark needs beyond `pip install vla-server`.
-NEEDS = {"bridge": (extras.YAML, extras.ROSBAGS)}
+NEEDS = {"bridge": (extras.YAML, extras.ROSBAGS), "control": (extras.YAML, extras.ROSBAGS)}
 
 
 def _summary(module: str) -> str:

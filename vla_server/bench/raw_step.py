@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from vla_server.io_struct import TokenizedGenerateReqInput
 from vla_server.model.model_runner import ModelRunner
@@ -13,12 +15,21 @@ from vla_server.scheduler.kv_cache_manager import KVCacheManager
 from vla_server.scheduler.req import Req
 from vla_server.scheduler.schedule_batch import ScheduledBatch
 
+T = TypeVar("T")
+
 
 def measure_decode_steps(
-    model_path: str | Path, batch_size: int, steps: int, prompt_len: int = 16, warmup: int = 5
+    model_path: str | Path,
+    batch_size: int,
+    steps: int,
+    prompt_len: int = 16,
+    warmup: int = 5,
+    forwards: list[float] | None = None,
 ) -> list[float]:
     """Seconds per decode step of `batch_size` requests (after a prefill), `steps` samples:
-    slot allocation, batch assembly, forward and sampling, as the scheduler does them."""
+    slot allocation, batch assembly, forward and sampling, as the scheduler does them.
+    `forwards`, when given, gets the model forward alone of each of those steps (the bare
+    model call, the floor any serving overhead is measured against)."""
     n_new = steps + warmup + 2
     runner = ModelRunner(
         model_path,
@@ -42,7 +53,9 @@ def measure_decode_steps(
     for r in reqs:
         prefix, node = kv.match(r)
         kv.admit(r, prefix, node)
-    times = []
+    times: list[float] = []
+    bare: list[float] = []
+    runner.forward = _timed(runner.forward, bare)  # type: ignore[method-assign]
     for step in range(steps + warmup + 1):
         t0 = time.perf_counter()
         result = batch_runner.run(_step_batch(reqs, kv))
@@ -51,7 +64,19 @@ def measure_decode_steps(
             r.output_ids.append(t)
         if step > warmup:
             times.append(dt)
+    if forwards is not None:
+        forwards += bare[-steps:]
     return times
+
+
+def _timed(fn: Callable[..., T], out: list[float]) -> Callable[..., T]:
+    def timed(*args: Any, **kwargs: Any) -> T:
+        t0 = time.perf_counter()
+        result = fn(*args, **kwargs)
+        out.append(time.perf_counter() - t0)
+        return result
+
+    return timed
 
 
 def _step_batch(reqs: list[Req], kv: KVCacheManager) -> ScheduledBatch:

@@ -7,7 +7,9 @@ the same full prompt each turn to a second server started with `--disable-radix-
 every turn is computed from scratch: on a server with the radix cache the full prompt would hit
 the same cached KV and the comparison would measure the radix cache, not the session, in both
 columns. Both servers run side by side and each turn goes to one, then the other, so load drift
-hits both. Turn 0 (the cold context, computed in full by both) is reported apart.
+hits both. Turn 0 (the cold context, computed in full by both) is reported apart. Each turn's
+new tokens are also sent alone as a fresh request (radix cache off): the session turn's TTFT
+over that one (`vs_alone`) is what carrying the history costs.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class Turn:
     index: int
     session: StreamTiming
     full: StreamTiming
+    alone: StreamTiming  # a fresh request of the turn's new tokens alone (no history)
     full_len: int  # tokens of the full prompt (what the session rebuilt)
     context_len: int  # tokens of the previous turn's prompt + output (what could be reused)
 
@@ -67,7 +70,8 @@ async def one_session(
             body = gen_body(new, args.output_tokens, rid=f"{sid}-{k}", session_params=params)
             s = await timed_stream(cs, body)
             f = await timed_stream(cf, gen_body(context + new, args.output_tokens))
-            turns.append(Turn(k, s, f, len(context + new), len(context)))
+            a = await timed_stream(cf, gen_body(new, args.output_tokens))
+            turns.append(Turn(k, s, f, a, len(context + new), len(context)))
             context += new + s.output_ids
         await cs.post("/close_session", json={"session_id": sid})
     return turns
@@ -89,6 +93,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def _row(case: str, turns: list[Turn]) -> dict[str, Any]:
     s = summary_ms([t.session.ttft for t in turns])
     f = summary_ms([t.full.ttft for t in turns])
+    a = summary_ms([t.alone.ttft for t in turns])
     cached = [t.session.last["meta_info"]["cached_tokens"] if t.session.last else 0 for t in turns]
     return {
         "turns": case,
@@ -100,6 +105,10 @@ def _row(case: str, turns: list[Turn]) -> dict[str, Any]:
         "full_ttft_p99": f["p99"],
         "ratio_p50": s["p50"] / f["p50"],
         "ratio_p99": s["p99"] / f["p99"],
+        # what the history costs: the turn vs a prompt made of its new tokens alone
+        "alone_ttft_p50": a["p50"],
+        "vs_alone_p50": s["p50"] / a["p50"],
+        "vs_alone_p99": s["p99"] / a["p99"],
         "cached_minus_context_min": min(
             c - t.context_len for c, t in zip(cached, turns, strict=True)
         ),

@@ -1,0 +1,193 @@
+"""Control-loop latency in one run: each of the node's latency ratios next to its target.
+
+    python -m vla_server.bench control [--sections ...] [--quick] [--out bench_out/control]
+
+Each section runs one of the project's benchmarks (its own server, its own in-process
+baseline, in the same run) and reads off the ratios the control loop depends on:
+
+* frontend:  main-process ms per 640x480 JPEG frame (decode, hash, resize, normalise);
+* repeated:  a repeated frame with the same prompt, TTFT over the new frame's (demo VLA);
+* tokens:    served ITL over the raw decode step and over the bare model forward, batch 1;
+* session:   a session turn's TTFT over a prompt made of its new tokens alone;
+* priority:  a high-priority robot's TTFT / ITL P99 with 8 low-priority robots over alone;
+* bridge:    frame-to-first-action through the ROS 2 bridge over direct HTTP;
+* peer:      8 robots' throughput and one robot's latency against `transformers serve`.
+
+Writes `control.json` (every section's full result and the verdict rows) and `control.png`
+(each ratio against its target) under `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from vla_server.bench.raw_step import measure_decode_steps
+from vla_server.bench.stats import summary_ms, table, write_json
+
+Row = dict[str, Any]
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=list(SECTIONS))
+    p.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
+    p.add_argument("--robots", type=int, default=8, help="robots in the priority and peer runs")
+    p.add_argument("--out", type=Path, default=Path("bench_out/control"))
+
+
+def sub_args(module: str, out: Path, *argv: str) -> tuple[Any, argparse.Namespace]:
+    """A benchmark module and its own command line's defaults, with `argv` on top."""
+    bench = importlib.import_module(module)
+    parser = argparse.ArgumentParser()
+    bench.add_args(parser)
+    return bench, parser.parse_args([*argv, "--out", str(out)])
+
+
+def verdict(section: str, metric: str, value: float, op: str, target: float) -> Row:
+    met = value <= target if op == "<=" else value >= target
+    return {
+        "section": section,
+        "metric": metric,
+        "value": round(value, 3),
+        "target": f"{op} {target}",
+        "met": "met" if met else "MISSED",
+    }
+
+
+def frontend_and_repeated(args: argparse.Namespace) -> tuple[list[Row], Any]:
+    rounds = "4" if args.quick else "20"
+    bench, ns = sub_args("vla_server.bench.multimodal", args.out / "multimodal", "--rounds", rounds)
+    result = bench.run(ns)
+    stages = {s["stage"]: s for s in result["pipeline_ms"]}
+    repeated = next(r for r in result["served"] if r["case"] == "repeated frame, same prompt")
+    rows = [
+        verdict("frontend", "ms per 640x480 JPEG (P50)", stages[_TOTAL_STAGE]["p50"], "<=", 1.0),
+        verdict("repeated", "repeated/new frame TTFT P50", repeated["ttft_ratio_p50"], "<=", 0.2),
+    ]
+    return rows, result
+
+
+_TOTAL_STAGE = "total (ImagePipeline.process)"
+
+
+def tokens(args: argparse.Namespace) -> tuple[list[Row], Any]:
+    n = "32" if args.quick else "128"
+    argv = ("--model", "demo", "--concurrency", "1", "--tokens", n, "--rounds", "3")
+    bench, ns = sub_args("vla_server.bench.serving", args.out / "serving", *argv)
+    (result,) = bench.run(ns)
+    row = result["rows"][0]
+    forwards: list[float] = []
+    measure_decode_steps(result["model"], 1, int(n) * 3, forwards=forwards)
+    bare = summary_ms(forwards)
+    result["bare_forward_ms"] = bare
+    return [
+        verdict("tokens", "served ITL / raw step P99", row["ratio_p99"], "<=", 1.15),
+        verdict(
+            "tokens", "served ITL / bare forward P50", row["itl_p50"] / bare["p50"], "<=", 1.05
+        ),
+        verdict(
+            "tokens", "served ITL / bare forward P99", row["itl_p99"] / bare["p99"], "<=", 1.10
+        ),
+    ], result
+
+
+def session(args: argparse.Namespace) -> tuple[list[Row], Any]:
+    argv = ("--model", "demo", "--sessions", "1" if args.quick else "3")
+    bench, ns = sub_args("vla_server.bench.scheduler_session", args.out / "session", *argv)
+    result = bench.run(ns)
+    later = result["rows"][-1]  # turns 1+
+    return [
+        verdict("session", "turn TTFT / new tokens alone P50", later["vs_alone_p50"], "<=", 1.1)
+    ], result
+
+
+def priority(args: argparse.Namespace) -> tuple[list[Row], Any]:
+    argv = ("--model", "demo", "--low-robots", str(args.robots))
+    argv += ("--rounds", "1") if args.quick else ()
+    bench, ns = sub_args("vla_server.bench.scheduler_priority", args.out / "priority", *argv)
+    result = bench.run(ns)
+    # the protected case: realtime isolation when the benchmark has it, else priority order
+    cases = [r for r in result["rows"][1:] if "FIFO" not in r["case"]]
+    best = cases[-1]
+    return [
+        verdict(
+            "priority", f"TTFT P99 vs alone ({best['case']})", best["ttft_ratio_p99"], "<=", 1.1
+        ),
+        verdict("priority", f"ITL P99 vs alone ({best['case']})", best["itl_ratio_p99"], "<=", 1.1),
+    ], result
+
+
+def bridge(args: argparse.Namespace) -> tuple[list[Row], Any]:
+    argv = ("--frames", "10" if args.quick else "40")
+    bench, ns = sub_args("ros_bridge.bench_bridge", args.out / "bridge", *argv)
+    result = bench.run(ns)
+    return [verdict("bridge", "bridge / direct P50", result["ratio_p50"], "<=", 1.05)], result
+
+
+def peer(args: argparse.Namespace) -> tuple[list[Row], Any]:
+    from vla_server.bench.control_peer import compare
+    from vla_server.model.demo import demo_model_path
+
+    rounds = compare(demo_model_path(), args.robots, 4 if args.quick else 12, 3)
+    print(table(rounds, list(rounds[0])))
+    worst_tp = min(r["throughput_ratio"] for r in rounds)
+    worst_lat = max(r["latency_ratio"] for r in rounds)
+    return [
+        verdict("peer", f"{args.robots}-robot throughput / transformers serve (worst round)",
+                worst_tp, ">=", 3.0),
+        verdict("peer", "1-robot latency / transformers serve (worst round)", worst_lat, "<=", 0.5),
+    ], {"rounds": rounds}  # fmt: skip
+
+
+SECTIONS: dict[str, Callable[[argparse.Namespace], tuple[list[Row], Any]]] = {
+    "frontend": frontend_and_repeated,  # also the repeated-frame ratio
+    "tokens": tokens,
+    "session": session,
+    "priority": priority,
+    "bridge": bridge,
+    "peer": peer,
+}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    rows: list[Row] = []
+    results: dict[str, Any] = {}
+    for i, name in enumerate(args.sections):
+        print(f"\n== control {i + 1}/{len(args.sections)}: {name} ==", flush=True)
+        section_rows, results[name] = SECTIONS[name](args)
+        rows += section_rows
+    print("\ncontrol-loop ratios, one run, each next to its target")
+    print(table(rows, ["section", "metric", "value", "target", "met"]))
+    write_json(args.out / "control.json", {"verdicts": rows, "sections": results})
+    plot_verdicts(rows, args.out / "control.png")
+    print(f"wrote {args.out}/control.json and control.png")
+    return {"verdicts": rows, "sections": results}
+
+
+def plot_verdicts(rows: list[Row], path: Path) -> None:
+    """Each ratio as a bar, its target as a tick: at a glance, which targets hold."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.2))
+    labels = [f"{r['section']}: {r['metric']}" for r in rows]
+    values = [float(r["value"]) for r in rows]
+    targets = [float(r["target"].split()[1]) for r in rows]
+    colors = ["tab:green" if r["met"] == "met" else "tab:red" for r in rows]
+    y = range(len(rows))
+    ax.barh(y, values, color=colors)
+    ax.scatter(targets, y, marker="|", s=400, color="black", label="target")
+    ax.set_yticks(list(y), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("ratio (or ms for the front end); green: target met")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
