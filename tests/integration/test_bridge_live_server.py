@@ -84,10 +84,23 @@ def camera_images() -> list[PreparedImage]:
     return [prepare_image(jpeg, None), prepare_image(raw, None)]
 
 
-@pytest.mark.parametrize("kind", [0, 1], ids=["compressed_jpeg", "raw_bgr8"])
-def test_bridge_hash_is_the_hash_the_server_computes(server, kind: int) -> None:
+def test_compressed_frame_needs_no_edge_hash_to_hit_the_caches(server) -> None:
+    """The bridge sends a compressed frame as it came, unhashed: the server's own hash of what it
+    decodes makes the repeated frame a prefix-cache hit, the vision encoder not run again."""
+    image = camera_images()[0].with_digest(bytes.fromhex(mm_info(server)["preprocess_digest"]))
+    assert image.mm_hash is None
+    flush_cache(server.url)
+    n_image_tokens = mm_info(server)["num_image_tokens"]
+    generate(server, image, None)
+    before = mm_info(server)["embedding_cache"]
+    again = generate(server, image, image.mm_hash)
+    assert again["cached_tokens"] >= n_image_tokens
+    assert mm_info(server)["embedding_cache"]["misses"] == before["misses"]
+
+
+def test_bridge_hash_is_the_hash_the_server_computes(server) -> None:
     digest = bytes.fromhex(mm_info(server)["preprocess_digest"])
-    image = camera_images()[kind].with_digest(digest)
+    image = camera_images()[1].with_digest(digest)  # raw bgr8: converted and hashed at the edge
     flush_cache(server.url)
     n_image_tokens = mm_info(server)["num_image_tokens"]
     generate(server, image, None)  # the server hashes the pixels itself

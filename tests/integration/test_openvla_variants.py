@@ -1,7 +1,7 @@
 """The other Prismatic layouts OpenVLA-style checkpoints come in, each through the offline
 `Engine` against the reference's `predict_action`: a single SigLIP, CLIP (QuickGELU) or IN1K
-ViT-L/16 (196 patches) tower with the `gelu-mlp` projector, DINOv2 with a `linear` projector, letterbox preprocessing, a
-sharded `model.safetensors.index.json`, and bf16 on the CPU."""
+ViT-L/16 (196 patches) tower with the `gelu-mlp` projector, DINOv2 with a `linear` projector,
+letterbox preprocessing, a sharded `model.safetensors.index.json`, and bf16 on the CPU."""
 
 from __future__ import annotations
 
