@@ -157,6 +157,7 @@ def report(
     rows = []
     for case, timings_ in high.items():
         ttft, itl = summary_ms(ttfts(timings_)), summary_ms(itls(timings_))
+        queue = summary_ms(_meta(timings_, "queue_time"))  # scheduler arrival to first forward
         rows.append(
             {
                 "case": case,
@@ -168,6 +169,8 @@ def report(
                 "itl_ratio_p50": itl["p50"] / base_itl["p50"],
                 "itl_ratio_p99": itl["p99"] / base_itl["p99"],
                 "queue_steps_max": max(_meta(timings_, "queue_steps"), default=0),
+                "sched_queue_p50": queue["p50"],
+                "sched_queue_p99": queue["p99"],
                 "low_streams": len(low[case]),
                 "low_retractions": sum(_meta(low[case], "num_retractions")),
                 "low_tok_s": low_tput[case],
