@@ -142,6 +142,35 @@ def _meta(timings: list[StreamTiming], key: str) -> list[float]:
     return [t.last["meta_info"].get(key) or 0 for t in timings if t.last]
 
 
+def _row(
+    case: str,
+    timings: list[StreamTiming],
+    low: list[StreamTiming],
+    base: tuple[dict[str, float], dict[str, float]],
+    low_tput_ratio: float,
+) -> dict[str, Any]:
+    """One case's row: the high robot's latencies and their ratios to `base` (alone), its
+    scheduler queue time, and the low robots' streams, retractions and throughput ratio."""
+    ttft, itl = summary_ms(ttfts(timings)), summary_ms(itls(timings))
+    queue = summary_ms(_meta(timings, "queue_time"))  # scheduler arrival to first forward
+    return {
+        "case": case,
+        "n": len(timings),
+        **latency_cols("ttft", ttfts(timings)),
+        **latency_cols("itl", itls(timings)),
+        "ttft_ratio_p50": ttft["p50"] / base[0]["p50"],
+        "ttft_ratio_p99": ttft["p99"] / base[0]["p99"],
+        "itl_ratio_p50": itl["p50"] / base[1]["p50"],
+        "itl_ratio_p99": itl["p99"] / base[1]["p99"],
+        "queue_steps_max": max(_meta(timings, "queue_steps"), default=0),
+        "sched_queue_p50": queue["p50"],
+        "sched_queue_p99": queue["p99"],
+        "low_streams": len(low),
+        "low_retractions": sum(_meta(low, "num_retractions")),
+        "low_tput_vs_priority": low_tput_ratio,
+    }
+
+
 def report(
     bench: BenchSetup,
     args: argparse.Namespace,
@@ -154,29 +183,11 @@ def report(
     base_ttft, base_itl = summary_ms(ttfts(alone)), summary_ms(itls(alone))
     low_tput = {c: sum(t.tokens for t in low[c]) / low_s[c] if low[c] else 0.0 for c in high}
     priority_tput = list(low_tput.values())[1]  # the same low robots, without isolation
-    rows = []
-    for case, timings_ in high.items():
-        ttft, itl = summary_ms(ttfts(timings_)), summary_ms(itls(timings_))
-        queue = summary_ms(_meta(timings_, "queue_time"))  # scheduler arrival to first forward
-        rows.append(
-            {
-                "case": case,
-                "n": len(timings_),
-                **latency_cols("ttft", ttfts(timings_)),
-                **latency_cols("itl", itls(timings_)),
-                "ttft_ratio_p50": ttft["p50"] / base_ttft["p50"],
-                "ttft_ratio_p99": ttft["p99"] / base_ttft["p99"],
-                "itl_ratio_p50": itl["p50"] / base_itl["p50"],
-                "itl_ratio_p99": itl["p99"] / base_itl["p99"],
-                "queue_steps_max": max(_meta(timings_, "queue_steps"), default=0),
-                "sched_queue_p50": queue["p50"],
-                "sched_queue_p99": queue["p99"],
-                "low_streams": len(low[case]),
-                "low_retractions": sum(_meta(low[case], "num_retractions")),
-                "low_tok_s": low_tput[case],
-                "low_tput_vs_priority": low_tput[case] / priority_tput if low[case] else 0.0,
-            }
-        )
+    rows = [
+        _row(case, t, low[case], (base_ttft, base_itl), low_tput[case] / priority_tput)
+        | {"low_tok_s": low_tput[case]}
+        for case, t in high.items()
+    ]
     step_ratio = summary_ms(raw[args.low_robots])["p99"] / summary_ms(raw[1])["p99"]
     print(
         f"raw decode step p99, batch {args.low_robots} / batch 1 (what batching alone costs): "
