@@ -65,6 +65,19 @@ class ServerArgs:
         10, "a request preempts a running one only if its priority is better by more than this"
     )
     disable_priority_preemption: bool = _opt(False, "never preempt running requests")
+    realtime_priority: int | None = _opt(
+        None,
+        "requests at or above this priority (in the node's priority order) are protected: while "
+        "one runs or waits, others join its steps only where the step-time model measured online "
+        "predicts they do not slow it, else they are held (keeping their KV) for at most "
+        "--max-hold-ms (default: off)",
+    )
+    max_hold_ms: float = _opt(
+        50.0, "priority isolation: longest a less important request is held without a step"
+    )
+    realtime_tolerance: float = _opt(
+        0.05, "priority isolation: how much others may slow a protected step (predicted, a share)"
+    )
     max_queued_requests: int | None = _opt(None, "waiting-queue bound; beyond it: 503")
     max_session_held_tokens: int = _opt(
         65536, "KV tokens open sessions may keep pinned; oldest sessions lose their pins first"
@@ -242,6 +255,9 @@ class SchedulerConfig:
     default_priority_value: int
     priority_scheduling_preemption_threshold: int
     disable_priority_preemption: bool
+    realtime_priority: int | None
+    max_hold_ms: float
+    realtime_tolerance: float
     max_queued_requests: int | None
     max_session_held_tokens: int
     mm_embedding_cache_mb: float

@@ -239,6 +239,7 @@ class SchedulerStats(msgspec.Struct, array_like=True):
     prefix_queried_tokens: int = 0  # cumulative prompt tokens looked up
     num_retractions: int = 0  # cumulative preemptions/retractions
     mm_prefix_cache_images: int = 0  # cumulative, images whose positions all came as a prefix
+    held_steps: int = 0  # cumulative, steps requests were held out of by priority isolation
 
 
 class BatchTokenIDOutput(_Msg):

@@ -94,6 +94,13 @@ class ServerMetrics:
         )
         for phase in ("request", "response"):
             self.slow_client_aborts.labels(phase)  # exported as 0 before the first
+        self.held_steps = Counter(
+            "vla_held_steps",
+            "Steps less important requests were held out of by priority isolation "
+            "(--realtime-priority), one per request and step",
+            registry=r,
+        )
+        self._held_seen = 0  # the scheduler's cumulative count, as of the latest stats
         self.deadline_misses = Counter(
             "vla_deadline_misses",
             "Requests ended because of their deadline",
@@ -107,6 +114,10 @@ class ServerMetrics:
         counts = (stats.mm_prefix_cache_images, stats.mm_cache_hits, stats.mm_cache_misses)
         for source, n in zip(MM_IMAGE_SOURCES, counts, strict=True):
             self.mm_images.labels(source).set(n)
+
+    def observe_held(self, stats: SchedulerStats) -> None:
+        self.held_steps.inc(max(stats.held_steps - self._held_seen, 0))
+        self._held_seen = max(stats.held_steps, self._held_seen)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -157,17 +157,22 @@ class FakeModel:
 
 
 class FakeRunner(BatchRunner):
-    """The real BatchRunner on the fake model, with a fixed forward time."""
+    """The real BatchRunner on the fake model, with a fixed forward time (plus `token_s` per
+    token of the batch: a CPU-like cost; 0, as on a GPU at small batches, by default)."""
 
-    def __init__(self, model: FakeModel, step_s: float = STEP_S):
+    def __init__(self, model: FakeModel, step_s: float = STEP_S, token_s: float = 0.0):
         super().__init__(model, seed=0)  # type: ignore[arg-type]
         self.step_s = step_s
+        self.token_s = token_s
         self.batches: list[ScheduledBatch] = []  # every batch run, in order
+
+    def cost(self, batch: ScheduledBatch) -> float:
+        return self.step_s + self.token_s * batch.num_tokens
 
     def run(self, batch: ScheduledBatch) -> BatchResult:
         self.batches.append(batch)
         result = super().run(batch)
-        result.forward_s = self.step_s
+        result.forward_s = self.cost(batch)
         return result
 
 
@@ -263,6 +268,7 @@ class Harness:
         context_len: int = 512,
         threaded: bool = False,
         action_mask: torch.Tensor | None = None,
+        token_s: float = 0.0,
         **cfg: Any,
     ):
         self.cfg = sched_config(**cfg)
@@ -273,7 +279,8 @@ class Harness:
         )
         self.clock = FakeClock()
         self.out = Collector()
-        self.runner = FakeRunner(self.model)
+        self.runner = FakeRunner(self.model, token_s=token_s)
+        self.batch_times: list[float] = []  # the clock when each batch was built (unthreaded)
         self.worker = ThreadPoolExecutor(1) if threaded else None
         self.core = SchedulerCore(
             self.cfg,
@@ -324,9 +331,14 @@ class Harness:
     # ---- running -----------------------------------------------------------------------------
 
     def step(self, n: int = 1) -> None:
+        """`n` scheduler steps; the clock moves on by each one's forward time (by the fixed
+        step time when none ran, or in threaded mode when it has not run yet)."""
         for _ in range(n):
+            ran = len(self.runner.batches)
             self.core.step()
-            self.clock.advance(self.runner.step_s)
+            new = self.runner.batches[ran:]
+            self.batch_times += [self.clock.now] * len(new)
+            self.clock.advance(self.runner.cost(new[-1]) if new else self.runner.step_s)
 
     def run(self, max_steps: int = 20_000) -> None:
         """Step until nothing is left (a liveness bound counted in steps)."""

@@ -129,6 +129,7 @@ class TokenizerManager:
         self.metrics.kv_used.set(s.kv_used_tokens)
         self.metrics.kv_cached.set(s.kv_cached_tokens)
         self.metrics.retractions.set(s.num_retractions)
+        self.metrics.observe_held(s)
         if s.prefix_queried_tokens:
             self.metrics.cache_hit_rate.set(s.prefix_hit_tokens / s.prefix_queried_tokens)
         for i, rid in enumerate(msg.rids):

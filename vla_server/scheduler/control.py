@@ -20,6 +20,7 @@ from vla_server.scheduler.image_embedder import ImageEmbedder
 from vla_server.scheduler.kv_cache_manager import KVCacheManager
 from vla_server.scheduler.sessions import SessionController, SessionError
 from vla_server.scheduler.state import SchedState
+from vla_server.scheduler.step_cost import StepCostModel
 
 
 class SchedulerControl:
@@ -32,6 +33,7 @@ class SchedulerControl:
         embedder: ImageEmbedder | None,
         drain: Callable[[], None],
         abort_all: Callable[[], None],
+        step_cost: StepCostModel,
     ):
         self.state = state
         self.kv = kv
@@ -40,6 +42,7 @@ class SchedulerControl:
         self.embedder = embedder
         self.drain = drain
         self.abort_all = abort_all
+        self.step_cost = step_cost
         self.weight_version = 0
         self.handlers: dict[type, Callable[[Any], RpcReply]] = {
             PauseGenerationReq: self.pause,
@@ -154,6 +157,9 @@ class SchedulerControl:
                 "num_running_reqs": len(s.running),
                 "num_waiting_reqs": len(s.waiting),
                 "num_retractions": s.num_retractions,
+                "held_steps": s.held_steps,
+                "num_held_reqs": s.num_held,
+                "step_time_ms": self.step_cost.table(),
                 "open_sessions": len(self.sessions.sessions),
                 "paused": s.paused,
                 "weight_version": self.weight_version,

@@ -23,6 +23,7 @@ from vla_server.scheduler.finish_check import FinishChecker
 from vla_server.scheduler.image_embedder import ImageEmbedder
 from vla_server.scheduler.intake import Intake
 from vla_server.scheduler.interfaces import Clock, OutputSink, Runner, SystemClock
+from vla_server.scheduler.isolation import Isolation
 from vla_server.scheduler.kv_cache_manager import KVCacheManager
 from vla_server.scheduler.output_streamer import OutputStream
 from vla_server.scheduler.policy import PolicyConfig
@@ -31,6 +32,7 @@ from vla_server.scheduler.schedule_batch import BatchResult, ScheduledBatch
 from vla_server.scheduler.sessions import SessionController
 from vla_server.scheduler.state import SchedState
 from vla_server.scheduler.step_builder import StepBuilder
+from vla_server.scheduler.step_cost import StepCostModel
 
 SESSION_REAP_INTERVAL_S = 1.0
 
@@ -76,9 +78,13 @@ class SchedulerCore:
             context_len=context_len,
             action_mask=action_mask,
         )
-        self.builder = StepBuilder(self.policy, self.state, kv, sessions, self.drain, self.clock)
+        self.step_cost = StepCostModel()
+        isolation = Isolation.from_config(cfg, self.policy, self.step_cost)
+        self.builder = StepBuilder(
+            self.policy, self.state, kv, sessions, self.drain, self.clock, isolation
+        )
         self.results = ResultProcessor(
-            self.state, kv, sessions, finish_checker, self.timer, self.outputs
+            self.state, kv, sessions, finish_checker, self.timer, self.step_cost, self.outputs
         )
         self.control = SchedulerControl(
             self.state,
@@ -88,6 +94,7 @@ class SchedulerCore:
             embedder,
             self.drain,
             self._abort_all,
+            self.step_cost,
         )
         self._sessions_reaped_at = self.clock.monotonic()
 
@@ -184,4 +191,5 @@ class SchedulerCore:
             prefix_queried_tokens=tree.stats.queried_tokens,
             num_retractions=self.state.num_retractions,
             mm_prefix_cache_images=embedder.prefix_cached if embedder else 0,
+            held_steps=self.state.held_steps,
         )

@@ -53,7 +53,7 @@ class Intake:
 
     def generate(self, msg: TokenizedGenerateReqInput) -> None:
         req = Req.from_wire(msg, self.default_priority)
-        req.arrival_time = self.clock.monotonic()
+        req.arrival_time = req.last_step_at = self.clock.monotonic()
         req.arrival_step = self.state.step_count
         stale = self._superseded_by(req)
         try:

@@ -52,6 +52,9 @@ class Req:
     queue_steps: int | None = None
     inflight: int = 0  # scheduled batches whose results are not processed yet
     num_retractions: int = 0
+    # When its latest step was built (its arrival before the first): priority isolation holds
+    # a less important request for at most --max-hold-ms after this.
+    last_step_at: float = 0.0
     prompt_scored_upto: int = 0  # prompt tokens [0, n) whose logprobs were reported
     # Images resolved by this prefill, and features later chunks still need (model worker's).
     prefill_images: PrefillImages = field(default_factory=PrefillImages)

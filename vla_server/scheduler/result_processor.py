@@ -15,6 +15,7 @@ from vla_server.scheduler.req import Req
 from vla_server.scheduler.schedule_batch import BatchResult, ReqLogprobs, ScheduledBatch
 from vla_server.scheduler.sessions import SessionController
 from vla_server.scheduler.state import SchedState
+from vla_server.scheduler.step_cost import StepCostModel
 
 
 class ResultProcessor:
@@ -25,6 +26,7 @@ class ResultProcessor:
         sessions: SessionController,
         finish_checker: FinishChecker,
         timer: StepTimer,
+        step_cost: StepCostModel,
         outputs: OutputStream,
     ):
         self.state = state
@@ -32,11 +34,13 @@ class ResultProcessor:
         self.sessions = sessions
         self.finish_checker = finish_checker
         self.timer = timer
+        self.step_cost = step_cost  # priority isolation's step-time model
         self.outputs = outputs
 
     def process(self, batch: ScheduledBatch, future: Future[BatchResult]) -> None:
         result = future.result()
         self.timer.observe(batch.num_tokens, batch.is_decode, result.forward_s)
+        self.step_cost.observe(batch.num_tokens, result.forward_s)
         for i, req in enumerate(batch.reqs):
             req.inflight -= 1
             if batch.sample[i]:

@@ -22,6 +22,8 @@ class SchedState:
     paused: bool = False
     step_count: int = 0  # batches launched
     num_retractions: int = 0
+    held_steps: int = 0  # steps a request was held out of by priority isolation, summed
+    num_held: int = 0  # requests held out of the latest step built
 
     def retract(self, req: Req, kv: KVCacheManager) -> None:
         """Preempt a running request: its KV goes to the radix cache (evictable), it re-queues

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from vla_server.scheduler.batch_runner import prompt_span
 from vla_server.scheduler.interfaces import Clock
+from vla_server.scheduler.isolation import Gate, Isolation
 from vla_server.scheduler.kv_cache_manager import KVCacheManager
 from vla_server.scheduler.policy import (
     PolicyConfig,
@@ -38,6 +39,7 @@ class StepBuilder:
         sessions: SessionController,
         drain: Callable[[], None],
         clock: Clock,
+        isolation: Isolation | None = None,
     ):
         self.policy = policy
         self.state = state
@@ -45,31 +47,61 @@ class StepBuilder:
         self.sessions = sessions
         self.drain = drain  # applies the batch in flight (its requests may then be changed)
         self.clock = clock
+        self.isolation = isolation  # priority isolation, when --realtime-priority is set
 
     def build(self) -> ScheduledBatch | None:
         s, kv = self.state, self.kv
-        plan: list[tuple[Req, int]] = []
+        s.num_held = 0
         adder = PrefillAdder(
             self.policy, s.reserve_ratio, kv.available_tokens(), kv.free_rows(), s.running
         )
-        for req in s.running:
-            need = req.num_new_tokens
-            if req.finished or need <= 0 or (req.is_decoding and req.remaining_new_tokens() == 0):
-                continue
-            n = 1 if need == 1 else adder.take_chunk(need)
-            if n:
-                plan.append((req, n))
-        plan += self._admit(adder)
+        iso = self.isolation
+        if iso is None or not iso.active(s):
+            plan = self._advance(s.running, adder, None)
+            plan += self._admit(sorted(s.waiting, key=self.policy.queue_key), adder, None)[0]
+        else:
+            # The protected requests first: their chunks do not wait behind anyone's.
+            queue = sorted(s.waiting, key=lambda r: (not iso.protects(r), self.policy.queue_key(r)))
+            first = [r for r in queue if iso.protects(r)]
+            plan = self._advance([r for r in s.running if iso.protects(r)], adder, None)
+            admitted, blocked = self._admit(first, adder, None)
+            plan += admitted
+            gate = iso.gate(s, sum(n for _, n in plan), self.clock.monotonic())
+            plan += self._advance([r for r in s.running if not iso.protects(r)], adder, gate)
+            if not blocked:  # strict queue order: nothing jumps a protected request
+                plan += self._admit(queue[len(first) :], adder, gate)[0]
         if not plan:
             return None
         return self._allocate(plan)
 
-    def _admit(self, adder: PrefillAdder) -> list[tuple[Req, int]]:
+    def _advance(
+        self, reqs: list[Req], adder: PrefillAdder, gate: Gate | None
+    ) -> list[tuple[Req, int]]:
+        """The next decode token or prefill chunk of each running request in `reqs`."""
+        plan: list[tuple[Req, int]] = []
+        for req in reqs:
+            need = req.num_new_tokens
+            if req.finished or need <= 0 or (req.is_decoding and req.remaining_new_tokens() == 0):
+                continue
+            if gate is not None:
+                need = gate.allow(req, need)
+            n = 1 if need == 1 else adder.take_chunk(need)
+            if n:
+                plan.append((req, n))
+        return plan
+
+    def _admit(
+        self, queue: list[Req], adder: PrefillAdder, gate: Gate | None
+    ) -> tuple[list[tuple[Req, int]], bool]:
+        """Admit waiting requests of `queue` in its order; True with them when one that came
+        before the rest could not be admitted."""
         s, kv = self.state, self.kv
         admitted: list[tuple[Req, int]] = []
-        for req in sorted(s.waiting, key=self.policy.queue_key):
+        for req in queue:
             if adder.chunk_budget <= 0:
-                break
+                return admitted, True
+            if gate is not None and not gate.may_run(req):
+                continue
             prefix, node = kv.match(req)
             slots, tokens = adder.shortfall(req, int(prefix.numel()))
             if tokens:
@@ -80,7 +112,7 @@ class StepBuilder:
             if slots or tokens:
                 victims = choose_victims(self.policy, req, s.running, slots, tokens)
                 if victims is None:
-                    break  # strict queue order: nothing behind it jumps the queue
+                    return admitted, True  # strict queue order: nothing behind it jumps the queue
                 self.drain()
                 for v in victims:
                     s.retract(v, kv)
@@ -90,8 +122,9 @@ class StepBuilder:
             kv.admit(req, prefix, node)
             adder.admit(req, req.kv_len)
             s.running.append(req)
-            admitted.append((req, adder.take_chunk(req.num_new_tokens)))
-        return admitted
+            need = req.num_new_tokens if gate is None else gate.allow(req, req.num_new_tokens)
+            admitted.append((req, adder.take_chunk(need)))
+        return admitted, False
 
     def _allocate(self, plan: list[tuple[Req, int]]) -> ScheduledBatch | None:
         s, kv = self.state, self.kv
@@ -152,6 +185,7 @@ class StepBuilder:
             batch.prompt_spans.append(span)
             batch.prompt_targets.append(targets)
             req.kv_len += n
+            req.last_step_at = now
             req.inflight += 1
             req.pending_tokens += int(sample)
             if req.queue_time is None:

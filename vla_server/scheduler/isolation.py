@@ -1,0 +1,96 @@
+"""Priority isolation: a realtime request's steps are not slowed by less important work.
+
+A request at or above `--realtime-priority` (in the node's priority order) is protected. While
+one is running or waiting, every step is built in two passes: the protected requests first
+(their decode tokens, their prefill chunks within the chunk budget, their admission), then the
+others through a `Gate`. The gate asks the online step-time model (`step_cost.py`) how many
+tokens the protected step can take on while its predicted time grows by at most
+`--realtime-tolerance`; other requests join in queue order while that allowance lasts (a
+prefill chunk is cut to fit), and the rest are held. On a GPU the allowance is the whole batch;
+on a CPU, where every row costs, it is small.
+
+Held requests are not retracted: they keep their KV and their place, and one that has not had a
+step for `--max-hold-ms` (since its last step, or its arrival if it never had one) is forced
+into the next step whatever it costs. So each makes progress at a bounded rate and none
+starves; the price of that bound is the occasional slower protected step, which the forced
+requests pay for first out of the allowance. Steps without protected work (a protected request
+that waits for a slot, or awaits its last result) are built as usual.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vla_server.config import SchedulerConfig
+from vla_server.scheduler.policy import PolicyConfig
+from vla_server.scheduler.req import Req
+from vla_server.scheduler.state import SchedState
+from vla_server.scheduler.step_cost import StepCostModel
+
+
+@dataclass(frozen=True)
+class IsolationConfig:
+    realtime_priority: int  # protected: at or above it, in the node's priority order
+    max_hold_s: float
+    tolerance: float  # allowed growth of the protected step's predicted time, a share
+
+
+class Gate:
+    """Admission of less important work into one protected step."""
+
+    def __init__(self, state: SchedState, allowance: int, now: float, max_hold_s: float):
+        self.state = state
+        self.allowance = allowance  # tokens others may still add
+        self.now = now
+        self.max_hold_s = max_hold_s
+
+    def overdue(self, req: Req) -> bool:
+        return self.now - req.last_step_at >= self.max_hold_s
+
+    def may_run(self, req: Req) -> bool:
+        """Whether `req` may get any token this step; counts it as held when not."""
+        if self.overdue(req) or self.allowance >= 1:
+            return True
+        self.state.held_steps += 1
+        self.state.num_held += 1
+        return False
+
+    def allow(self, req: Req, need: int) -> int:
+        """Tokens of its `need` that `req` gets this step (0: held)."""
+        if not self.may_run(req):
+            return 0
+        n = need if self.overdue(req) else min(need, self.allowance)
+        self.allowance -= n
+        return n
+
+
+class Isolation:
+    def __init__(self, cfg: IsolationConfig, policy: PolicyConfig, model: StepCostModel):
+        self.cfg = cfg
+        self.policy = policy
+        self.model = model
+
+    @classmethod
+    def from_config(
+        cls, cfg: SchedulerConfig, policy: PolicyConfig, model: StepCostModel
+    ) -> Isolation | None:
+        """The node's isolation, or None without --realtime-priority."""
+        if cfg.realtime_priority is None:
+            return None
+        iso = IsolationConfig(cfg.realtime_priority, cfg.max_hold_ms / 1e3, cfg.realtime_tolerance)
+        return cls(iso, policy, model)
+
+    def protects(self, req: Req) -> bool:
+        p = self.cfg.realtime_priority
+        return req.priority <= p if self.policy.low_values_first else req.priority >= p
+
+    def active(self, state: SchedState) -> bool:
+        """A protected request is running or waiting."""
+        return any(self.protects(r) and not r.finished for r in (*state.running, *state.waiting))
+
+    def gate(self, state: SchedState, protected_tokens: int, now: float) -> Gate | None:
+        """The gate of a step carrying `protected_tokens`; None when it carries none."""
+        if protected_tokens <= 0:
+            return None
+        allowance = self.model.allowance(protected_tokens, self.cfg.tolerance)
+        return Gate(state, allowance, now, self.cfg.max_hold_s)
