@@ -12,14 +12,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from PIL import Image
 
+from vla_server.multimodal.image_decode import RgbFrame, as_pil, as_pixels, frame_hw
 from vla_server.multimodal.preprocess_config import PreprocessConfig
 
 
-def preprocess_image(pixels: np.ndarray, cfg: PreprocessConfig) -> np.ndarray:
+def preprocess_image(pixels: RgbFrame, cfg: PreprocessConfig) -> np.ndarray:
     """``pixels``: uint8 ``[H, W, 3]`` RGB; returns C-contiguous float32 ``[3, H', W']``."""
-    image = _resize(pixels, cfg) if cfg.do_resize else pixels
+    image = _resize(pixels, cfg) if cfg.do_resize else as_pixels(pixels)
     chw = np.moveaxis(image, -1, 0)
     if cfg.crop_hw is not None:
         chw = _center_crop(chw, cfg.crop_hw)
@@ -45,12 +45,11 @@ def resized_hw(height: int, width: int, cfg: PreprocessConfig) -> tuple[int, int
     return (new_long, new_short) if width <= height else (new_short, new_long)
 
 
-def _resize(pixels: np.ndarray, cfg: PreprocessConfig) -> np.ndarray:
-    height, width = resized_hw(pixels.shape[0], pixels.shape[1], cfg)
-    if (height, width) == pixels.shape[:2]:
-        return pixels  # PIL would return an identical copy
-    resized = Image.fromarray(pixels).resize((width, height), resample=cfg.resample)
-    return np.asarray(resized)
+def _resize(pixels: RgbFrame, cfg: PreprocessConfig) -> np.ndarray:
+    height, width = resized_hw(*frame_hw(pixels), cfg)
+    if (height, width) == frame_hw(pixels):
+        return as_pixels(pixels)  # PIL would return an identical copy
+    return np.asarray(as_pil(pixels).resize((width, height), resample=cfg.resample))
 
 
 def _center_crop(chw: np.ndarray, crop_hw: tuple[int, int]) -> np.ndarray:

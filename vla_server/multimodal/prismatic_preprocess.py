@@ -25,6 +25,8 @@ import numpy as np
 import xxhash
 from PIL import Image
 
+from vla_server.multimodal.image_decode import RgbFrame, as_pil
+
 PRISMATIC_PROCESSOR = "PrismaticImageProcessor"
 _RESAMPLE = {"nearest": 0, "lanczos": 1, "bilinear": 2, "bicubic": 3, "box": 4, "hamming": 5}
 _STRATEGIES = ("resize-naive", "letterbox", "resize-crop")
@@ -103,9 +105,9 @@ def _triple(values: Any, name: str) -> tuple[float, float, float]:
     return (float(values[0]), float(values[1]), float(values[2]))
 
 
-def prismatic_preprocess(pixels: np.ndarray, cfg: PrismaticPreprocess) -> np.ndarray:
+def prismatic_preprocess(pixels: RgbFrame, cfg: PrismaticPreprocess) -> np.ndarray:
     """``pixels``: uint8 ``[H, W, 3]`` RGB -> C-contiguous float32 ``[3 * towers, H', W']``."""
-    image = Image.fromarray(pixels)
+    image = as_pil(pixels)
     if cfg.letterbox_fill is not None:
         image = _letterbox(image, cfg.letterbox_fill)
     # OpenVLA's two towers resize alike: resize once, normalise twice.
