@@ -13,7 +13,7 @@ the instruction before the image (`In: <instruction>\n<image>\nOut:`), so each r
 Ratios are repeated/new in the same run; each request's image is checked against the node's own
 counts (`/get_server_info` mm.embedding_cache.images: prefix_cache, embedding_cache,
 vision_tower). In-process, the main process's cost per 640x480 JPEG frame (base64 + decode,
-hash, resize + normalise) is timed through the same `ImagePipeline` the server uses.
+hash, resize + normalise) is timed through the same `ImagePipeline` the server uses, by stage.
 
     python -m vla_server.bench multimodal [--rounds 20] [--model-path DIR]
 """
@@ -43,7 +43,9 @@ from vla_server.config import default_torch_threads
 from vla_server.frontend import openvla_prompt
 from vla_server.metrics import MM_IMAGE_SOURCES as SOURCES
 from vla_server.model.prismatic_config import PRISMATIC_MODEL_TYPES
-from vla_server.multimodal.image_input import MediaPolicy, load_image
+from vla_server.multimodal.image_decode import as_pixels
+from vla_server.multimodal.image_hash import format_mm_hash
+from vla_server.multimodal.image_input import MediaPolicy, load_frame
 from vla_server.multimodal.image_pipeline import ImagePipeline
 from vla_server.multimodal.preprocessors import apply_preprocessor, load_preprocessor
 from vla_server.server_subprocess import ServerProcess, run_server
@@ -125,20 +127,41 @@ def clock(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 
 def pipeline_costs(model_path: Path, frames: list[str]) -> dict[str, list[float]]:
-    """Seconds per frame of the main process's image work, whole and by stage."""
+    """Seconds per frame of the main process's image work, whole and by stage: the decoded PIL
+    image goes straight to the resize, the pixel array is made for the server's own hash only;
+    a raw-pixel client's array is converted to PIL for the resize (the last row)."""
     pipeline = ImagePipeline(MediaPolicy(), load_preprocessor(model_path))
-    stages = ("total (ImagePipeline.process)", "base64 + JPEG decode", "hash", "resize + normalise")
-    costs: dict[str, list[float]] = {name: [] for name in stages}
+    costs: dict[str, list[float]] = {name: [] for name in PIPELINE_STAGES}
     for frame in frames[:3]:  # warm-up: the first PIL/numpy calls load code
         pipeline.process([frame])
     for frame in frames:
-        total, _ = clock(lambda f=frame: pipeline.process([f]))
-        decode, pixels = clock(lambda f=frame: load_image(f, 0, pipeline.policy))
-        hashing, _ = clock(lambda p=pixels: pipeline.hash_pixels(p))
-        resize, _ = clock(lambda p=pixels: apply_preprocessor(p, pipeline.preprocess))
-        for name, seconds in zip(stages, (total, decode, hashing, resize), strict=True):
+        for name, seconds in _frame_costs(pipeline, frame).items():
             costs[name].append(seconds)
     return costs
+
+
+PIPELINE_STAGES = (
+    "total (ImagePipeline.process)",
+    "total, caller mm_hashes",
+    "base64 + JPEG decode",
+    "pixel array (server hash only)",
+    "hash",
+    "resize + normalise",
+    "resize + normalise from an array",
+)
+
+
+def _frame_costs(pipeline: ImagePipeline, frame: str) -> dict[str, float]:
+    caller = format_mm_hash(0)
+    total, _ = clock(lambda: pipeline.process([frame]))
+    with_hash, _ = clock(lambda: pipeline.process([frame], [caller]))
+    decode, decoded = clock(lambda: load_frame(frame, 0, pipeline.policy))
+    to_array, pixels = clock(lambda: as_pixels(decoded))
+    hashing, _ = clock(lambda: pipeline.hash_pixels(pixels))
+    resize, _ = clock(lambda: apply_preprocessor(decoded, pipeline.preprocess))
+    from_array, _ = clock(lambda: apply_preprocessor(pixels, pipeline.preprocess))
+    seconds = (total, with_hash, decode, to_array, hashing, resize, from_array)
+    return dict(zip(PIPELINE_STAGES, seconds, strict=True))
 
 
 def unnorm_key(server: ServerProcess, wanted: str | None) -> str | None:

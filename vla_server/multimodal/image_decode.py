@@ -10,6 +10,8 @@ pixels and therefore the same hash):
 * an EXIF orientation tag (2..8) is applied, as ``transformers.image_utils.load_image`` does.
 
 The returned array may be read-only (a view of PIL's buffer); copy it before writing into it.
+A decoded image can also stay a PIL image (``RgbFrame``): preprocessing then resizes it as it is,
+without the round trip through an array, and only the server's own hash needs the array.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from vla_server.multimodal.image_errors import ImageInputError
 from vla_server.multimodal.image_header import read_declared_size
 
+# RGB uint8 pixels: an [H, W, 3] array, or a loaded PIL image in mode "RGB".
+RgbFrame = np.ndarray | Image.Image
 _EXIF_ORIENTATION = 0x0112
 _DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, struct.error, zlib.error)
 
@@ -38,6 +42,11 @@ def check_pixel_count(width: int, height: int, max_pixels: int, source: str) -> 
 
 def decode_encoded_image(data: bytes, max_pixels: int) -> np.ndarray:
     """Decode PNG/JPEG bytes; the declared size is checked against ``max_pixels`` first."""
+    return np.asarray(decode_encoded_rgb(data, max_pixels))
+
+
+def decode_encoded_rgb(data: bytes, max_pixels: int) -> Image.Image:
+    """``decode_encoded_image`` as a loaded RGB PIL image."""
     declared = read_declared_size(data)
     check_pixel_count(declared.width, declared.height, max_pixels, "image header claims")
     try:
@@ -45,7 +54,7 @@ def decode_encoded_image(data: bytes, max_pixels: int) -> np.ndarray:
             # PIL may read a different frame size than our header scan (e.g. a second SOF).
             check_pixel_count(*image.size, max_pixels, "image header claims")
             image.load()
-            return pil_to_rgb(_apply_exif_orientation(image))
+            return rgb_image(_apply_exif_orientation(image))
     except ImageInputError:
         raise
     except Image.DecompressionBombError as exc:
@@ -58,13 +67,32 @@ def decode_encoded_image(data: bytes, max_pixels: int) -> np.ndarray:
 
 
 def pil_to_rgb(image: Image.Image) -> np.ndarray:
+    return np.asarray(rgb_image(image))
+
+
+def rgb_image(image: Image.Image) -> Image.Image:
     if image.mode == "RGB":
-        return np.asarray(image)
+        return image
     if "A" in image.getbands() or "transparency" in image.info:
         rgba = image.convert("RGBA")
         white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-        return np.asarray(Image.alpha_composite(white, rgba).convert("RGB"))
-    return np.asarray(image.convert("RGB"))
+        return Image.alpha_composite(white, rgba).convert("RGB")
+    return image.convert("RGB")
+
+
+def as_pixels(frame: RgbFrame) -> np.ndarray:
+    """The frame as uint8 ``[H, W, 3]`` (a copy out of PIL's buffer for a PIL image)."""
+    return np.asarray(frame) if isinstance(frame, Image.Image) else frame
+
+
+def as_pil(frame: RgbFrame) -> Image.Image:
+    return frame if isinstance(frame, Image.Image) else Image.fromarray(frame)
+
+
+def frame_hw(frame: RgbFrame) -> tuple[int, int]:
+    if isinstance(frame, Image.Image):
+        return frame.height, frame.width
+    return frame.shape[0], frame.shape[1]
 
 
 def array_to_rgb(pixels: np.ndarray) -> np.ndarray:

@@ -30,9 +30,11 @@ import numpy as np
 from PIL import Image
 
 from vla_server.multimodal.image_decode import (
+    RgbFrame,
     array_to_rgb,
+    as_pixels,
     check_pixel_count,
-    decode_encoded_image,
+    decode_encoded_rgb,
 )
 from vla_server.multimodal.image_errors import ImageInputError
 from vla_server.multimodal.local_media import read_local_image
@@ -65,13 +67,18 @@ def load_images(items: Sequence[ImageItem], policy: MediaPolicy) -> list[np.ndar
 
 def load_image(item: ImageItem, index: int, policy: MediaPolicy) -> np.ndarray:
     """Pixels of ``image_data[index]``; raises :class:`ImageInputError` naming the entry."""
+    return as_pixels(load_frame(item, index, policy))
+
+
+def load_frame(item: ImageItem, index: int, policy: MediaPolicy) -> RgbFrame:
+    """``load_image``, but encoded images stay the decoder's RGB PIL image (no array copy)."""
     try:
         return _load(item, policy)
     except ImageInputError as err:
         raise err.at(index) from None
 
 
-def _load(item: ImageItem, policy: MediaPolicy) -> np.ndarray:
+def _load(item: ImageItem, policy: MediaPolicy) -> RgbFrame:
     if isinstance(item, np.ndarray):
         _check_raw_size(item.shape, item.dtype.itemsize, policy)
         return array_to_rgb(item)
@@ -100,9 +107,9 @@ def _encoded_bytes_of_string(text: str, policy: MediaPolicy) -> bytes:
     return _decode_base64(text, policy.max_image_bytes)
 
 
-def _from_encoded(data: bytes, policy: MediaPolicy) -> np.ndarray:
+def _from_encoded(data: bytes, policy: MediaPolicy) -> Image.Image:
     _check_byte_count(len(data), policy)
-    return decode_encoded_image(data, policy.max_image_pixels)
+    return decode_encoded_rgb(data, policy.max_image_pixels)
 
 
 def _check_byte_count(n_bytes: int, policy: MediaPolicy) -> None:

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from vla_server.multimodal.image_decode import as_pixels, frame_hw
 from vla_server.multimodal.image_errors import ImageInputError
 from vla_server.multimodal.image_hash import image_hash, parse_mm_hash
-from vla_server.multimodal.image_input import ImageItem, MediaPolicy, load_image
+from vla_server.multimodal.image_input import ImageItem, MediaPolicy, load_frame
 from vla_server.multimodal.preprocessors import Preprocessor, apply_preprocessor
 
 
@@ -43,12 +44,14 @@ class ImagePipeline:
         return [self._process_one(i, item, caller_hashes[i]) for i, item in enumerate(items)]
 
     def _process_one(self, index: int, item: ImageItem, caller_hash: int | None) -> ProcessedImage:
-        pixels = load_image(item, index, self.policy)
-        hash128 = caller_hash if caller_hash is not None else self.hash_pixels(pixels)
+        # A decoded image stays a PIL image: the resize reads it directly, and the pixel array
+        # (a copy out of PIL's buffer) is made only when the server hashes the frame itself.
+        frame = load_frame(item, index, self.policy)
+        hash128 = self.hash_pixels(as_pixels(frame)) if caller_hash is None else caller_hash
         return ProcessedImage(
-            pixel_values=apply_preprocessor(pixels, self.preprocess),
+            pixel_values=apply_preprocessor(frame, self.preprocess),
             hash128=hash128,
-            source_hw=(pixels.shape[0], pixels.shape[1]),
+            source_hw=frame_hw(frame),
             caller_hash=caller_hash is not None,
         )
 

@@ -4,25 +4,34 @@ The steps and their arithmetic follow ``transformers.image_processing_backends.P
 result matches ``SiglipImageProcessorPil`` / ``CLIPImageProcessorPil`` to float32 rounding: a PIL
 resize of the uint8 image (filter from the config), a center crop of the uint8 result (zero
 padding where the image is smaller), rescale in float64 then cast to float32, and normalisation
-``(x - mean) / std`` in float32.
+``(x - mean) / std`` in float32. The last two run as a per-channel table lookup built from that
+arithmetic (``value_tables``: the same float32 values, one pass).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
-from PIL import Image
 
+from vla_server.multimodal.image_decode import RgbFrame, as_pil, as_pixels, frame_hw
 from vla_server.multimodal.preprocess_config import PreprocessConfig
+from vla_server.multimodal.value_tables import look_up, value_tables
 
 
-def preprocess_image(pixels: np.ndarray, cfg: PreprocessConfig) -> np.ndarray:
+def preprocess_image(pixels: RgbFrame, cfg: PreprocessConfig) -> np.ndarray:
     """``pixels``: uint8 ``[H, W, 3]`` RGB; returns C-contiguous float32 ``[3, H', W']``."""
-    image = _resize(pixels, cfg) if cfg.do_resize else pixels
+    image = _resize(pixels, cfg) if cfg.do_resize else as_pixels(pixels)
     chw = np.moveaxis(image, -1, 0)
     if cfg.crop_hw is not None:
         chw = _center_crop(chw, cfg.crop_hw)
+    return look_up(chw, _tables(cfg))
+
+
+def normalise(chw: np.ndarray, cfg: PreprocessConfig) -> np.ndarray:
+    """transformers' arithmetic on uint8 ``[3, H, W]``: rescale in float64, cast to float32,
+    ``(x - mean) / std`` in float32. Run on 0..255 once per config (``value_tables``)."""
     if cfg.rescale_factor is not None:
         values = (chw.astype(np.float64) * cfg.rescale_factor).astype(np.float32)
     else:
@@ -31,7 +40,12 @@ def preprocess_image(pixels: np.ndarray, cfg: PreprocessConfig) -> np.ndarray:
         mean = np.asarray(cfg.image_mean, dtype=np.float32)[:, None, None]
         std = np.asarray(cfg.image_std, dtype=np.float32)[:, None, None]
         values = (values - mean) / std
-    return np.ascontiguousarray(values)
+    return values
+
+
+@functools.cache
+def _tables(cfg: PreprocessConfig) -> np.ndarray:
+    return value_tables(lambda chw: normalise(chw, cfg))
 
 
 def resized_hw(height: int, width: int, cfg: PreprocessConfig) -> tuple[int, int]:
@@ -45,12 +59,11 @@ def resized_hw(height: int, width: int, cfg: PreprocessConfig) -> tuple[int, int
     return (new_long, new_short) if width <= height else (new_short, new_long)
 
 
-def _resize(pixels: np.ndarray, cfg: PreprocessConfig) -> np.ndarray:
-    height, width = resized_hw(pixels.shape[0], pixels.shape[1], cfg)
-    if (height, width) == pixels.shape[:2]:
-        return pixels  # PIL would return an identical copy
-    resized = Image.fromarray(pixels).resize((width, height), resample=cfg.resample)
-    return np.asarray(resized)
+def _resize(pixels: RgbFrame, cfg: PreprocessConfig) -> np.ndarray:
+    height, width = resized_hw(*frame_hw(pixels), cfg)
+    if (height, width) == frame_hw(pixels):
+        return as_pixels(pixels)  # PIL would return an identical copy
+    return np.asarray(as_pil(pixels).resize((width, height), resample=cfg.resample))
 
 
 def _center_crop(chw: np.ndarray, crop_hw: tuple[int, int]) -> np.ndarray:

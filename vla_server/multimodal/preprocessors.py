@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vla_server.multimodal.image_decode import RgbFrame
 from vla_server.multimodal.preprocess import preprocess_image
 from vla_server.multimodal.preprocess_config import PreprocessConfig, read_image_processor_dict
 from vla_server.multimodal.prismatic_preprocess import (
@@ -30,8 +31,8 @@ def load_preprocessor(folder: str | Path) -> Preprocessor:
     return PreprocessConfig.from_dict(raw)
 
 
-def apply_preprocessor(pixels: np.ndarray, cfg: Preprocessor) -> np.ndarray:
-    """uint8 RGB `[H, W, 3]` -> C-contiguous float32 `[C, H', W']`."""
+def apply_preprocessor(pixels: RgbFrame, cfg: Preprocessor) -> np.ndarray:
+    """uint8 RGB `[H, W, 3]` (or an RGB PIL image) -> C-contiguous float32 `[C, H', W']`."""
     if isinstance(cfg, PrismaticPreprocess):
         return prismatic_preprocess(pixels, cfg)
     return preprocess_image(pixels, cfg)

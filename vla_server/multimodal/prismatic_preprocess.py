@@ -7,7 +7,8 @@ for PIL input they come down to PIL and float32 arithmetic, reproduced here with
   ``int((max(w, h) - side) / 2)`` on both ends of the short side;
 * per tower: PIL resize (``tvf_resize_params``: ``size`` [h, w], or an int for the short side),
   center crop (torchvision's: rounded offsets, zero padding when the crop is larger), ``/ 255``
-  in float32, then ``(x - mean) / std`` with that tower's own mean/std;
+  in float32, then ``(x - mean) / std`` with that tower's own mean/std (as a per-channel table
+  lookup built from that arithmetic, ``value_tables``: the same float32 values, one pass);
 * the towers' results stacked along the channels (DINOv2's, then SigLIP's, for OpenVLA).
 
 The saved ``tvf_*`` keys win over ``input_sizes``/``means``/``stds``, as they do when
@@ -17,6 +18,7 @@ bf16-rounded: the file's values are used, never timm's defaults.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -24,6 +26,9 @@ from typing import Any
 import numpy as np
 import xxhash
 from PIL import Image
+
+from vla_server.multimodal.image_decode import RgbFrame, as_pil
+from vla_server.multimodal.value_tables import look_up, value_tables
 
 PRISMATIC_PROCESSOR = "PrismaticImageProcessor"
 _RESAMPLE = {"nearest": 0, "lanczos": 1, "bilinear": 2, "bicubic": 3, "box": 4, "hamming": 5}
@@ -103,22 +108,33 @@ def _triple(values: Any, name: str) -> tuple[float, float, float]:
     return (float(values[0]), float(values[1]), float(values[2]))
 
 
-def prismatic_preprocess(pixels: np.ndarray, cfg: PrismaticPreprocess) -> np.ndarray:
+def prismatic_preprocess(pixels: RgbFrame, cfg: PrismaticPreprocess) -> np.ndarray:
     """``pixels``: uint8 ``[H, W, 3]`` RGB -> C-contiguous float32 ``[3 * towers, H', W']``."""
-    image = Image.fromarray(pixels)
+    image = as_pil(pixels)
     if cfg.letterbox_fill is not None:
         image = _letterbox(image, cfg.letterbox_fill)
     # OpenVLA's two towers resize alike: resize once, normalise twice.
-    scaled: dict[tuple[object, ...], np.ndarray] = {}
-    parts = []
-    for t in cfg.towers:
+    crops: dict[tuple[object, ...], np.ndarray] = {}
+    out = np.empty((3 * len(cfg.towers), *cfg.towers[0].crop_hw), dtype=np.float32)
+    for i, t in enumerate(cfg.towers):
         key = (t.size, t.resample, t.crop_hw)
-        if key not in scaled:
-            scaled[key] = _scaled(image, t)
-        mean = np.asarray(t.mean, dtype=np.float32)
-        std = np.asarray(t.std, dtype=np.float32)
-        parts.append(np.moveaxis((scaled[key] - mean) / std, -1, 0))
-    return np.ascontiguousarray(np.concatenate(parts))
+        if key not in crops:
+            crops[key] = np.moveaxis(_resized_crop(image, t), -1, 0)
+        look_up(crops[key], _tables(t), out[3 * i : 3 * i + 3])
+    return out
+
+
+def tower_normalise(chw: np.ndarray, t: TowerTransform) -> np.ndarray:
+    """torchvision's arithmetic on uint8 ``[3, H, W]``: ``/ 255`` then ``(x - mean) / std``, all
+    in float32. Run on 0..255 once per tower (``value_tables``)."""
+    mean = np.asarray(t.mean, dtype=np.float32)[:, None, None]
+    std = np.asarray(t.std, dtype=np.float32)[:, None, None]
+    return (chw.astype(np.float32) / np.float32(255) - mean) / std
+
+
+@functools.cache
+def _tables(t: TowerTransform) -> np.ndarray:
+    return value_tables(lambda chw: tower_normalise(chw, t))
 
 
 def _letterbox(image: Image.Image, fill: tuple[int, int, int]) -> Image.Image:
@@ -129,11 +145,10 @@ def _letterbox(image: Image.Image, fill: tuple[int, int, int]) -> Image.Image:
     return out
 
 
-def _scaled(image: Image.Image, t: TowerTransform) -> np.ndarray:
-    """Resized, center-cropped, in [0, 1]: float32 ``[H', W', 3]``."""
+def _resized_crop(image: Image.Image, t: TowerTransform) -> np.ndarray:
+    """Resized and center-cropped: uint8 ``[H', W', 3]``."""
     resized = image.resize(_resized_wh(image.size, t.size), resample=t.resample)
-    hwc = _center_crop(np.asarray(resized), t.crop_hw)
-    return hwc.astype(np.float32) / np.float32(255)
+    return _center_crop(np.asarray(resized), t.crop_hw)
 
 
 def _resized_wh(wh: tuple[int, int], size: tuple[int, int] | int) -> tuple[int, int]:
