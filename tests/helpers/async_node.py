@@ -4,6 +4,7 @@ state, and reading Prometheus counters with prometheus_client's own text parser.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -83,3 +84,18 @@ async def wait_pending(c: httpx.AsyncClient, n: int) -> None:
     while (await c.get("/get_server_info")).json()["num_pending_requests"] != n:
         assert time.monotonic() < end, f"timed out waiting for {n} pending requests"
         await asyncio.sleep(0.005)
+
+
+async def stream_until_done(
+    c: httpx.AsyncClient, req: dict[str, Any], started: asyncio.Event
+) -> dict[str, Any]:
+    """Stream `req`; `started` is set at its first token. Returns the last chunk (its
+    `output_ids` are all the ids streamed)."""
+    last: dict[str, Any] = {}
+    async with c.stream("POST", "/generate", json={**req, "stream": True}) as r:
+        assert r.status_code == 200
+        async for line in r.aiter_lines():
+            if line.startswith("data: {"):
+                last = json.loads(line.removeprefix("data: "))
+                started.set()
+    return last

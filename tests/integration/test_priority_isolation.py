@@ -15,7 +15,6 @@ core: tests/unit/test_sched_isolation.py.
 from __future__ import annotations
 
 import asyncio
-import json
 
 import httpx
 import pytest
@@ -27,6 +26,7 @@ from tests.helpers.async_node import (
     internal,
     json_of,
     metric,
+    stream_until_done,
     wait_idle,
 )
 from tests.helpers.server import run_server
@@ -60,16 +60,7 @@ def node(llama_path, tmp_path_factory):
 
 
 async def stream(c: httpx.AsyncClient, ids: list[int], started: asyncio.Event) -> dict:
-    """Stream a low-priority request; `started` is set at its first token. Returns the last
-    chunk (its `output_ids` are all the ids streamed)."""
-    last: dict = {}
-    async with c.stream("POST", "/generate", json={**body(ids, LOW_NEW), "stream": True}) as r:
-        assert r.status_code == 200
-        async for line in r.aiter_lines():
-            if line.startswith("data: {"):
-                last = json.loads(line.removeprefix("data: "))
-                started.set()
-    return last
+    return await stream_until_done(c, body(ids, LOW_NEW), started)
 
 
 async def realtime_until(c: httpx.AsyncClient, done: asyncio.Future) -> list[dict]:

@@ -16,7 +16,6 @@ tokens to go) before the high one is sent.
 from __future__ import annotations
 
 import asyncio
-import json
 
 import httpx
 import pytest
@@ -29,6 +28,7 @@ from tests.helpers.async_node import (
     json_of,
     meta,
     metric,
+    stream_until_done,
     wait_idle,
 )
 from tests.helpers.server import run_server
@@ -53,17 +53,7 @@ def node(llama_path, tmp_path_factory):
 
 
 async def stream_low(c: httpx.AsyncClient, ids: list[int], started: asyncio.Event) -> dict:
-    """Stream a low-priority request; `started` is set at its first token. Returns the last
-    chunk (its `output_ids` are all the ids streamed)."""
-    last: dict = {}
-    req = {**body(ids, LOW_NEW, priority=0), "stream": True}
-    async with c.stream("POST", "/generate", json=req) as r:
-        assert r.status_code == 200
-        async for line in r.aiter_lines():
-            if line.startswith("data: {"):
-                last = json.loads(line.removeprefix("data: "))
-                started.set()
-    return last
+    return await stream_until_done(c, body(ids, LOW_NEW, priority=0), started)
 
 
 async def test_high_priority_preempts_within_one_step(node):
