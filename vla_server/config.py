@@ -94,6 +94,9 @@ class ServerArgs:
     )
     allow_remote_media: bool = _opt(False, "fetch http(s) image URLs (off by default)")
     mm_embedding_cache_mb: float = _opt(256.0, "byte budget of the vision-embedding cache, MB")
+    mm_pixel_cache_mb: float = _opt(
+        64.0, "byte budget of the main process's cache of preprocessed frames, MB (0: off)"
+    )
     served_model_name: str | None = _opt(None, "model id clients see (default: the folder name)")
     default_num_actions: int | None = _opt(
         None, "robot default: action vectors for a /generate request with images that names none"
@@ -216,6 +219,7 @@ class FrontendConfig:
     max_images_per_request: int
     allowed_local_media_path: str | None
     allow_remote_media: bool
+    mm_pixel_cache_mb: float
     incremental_streaming_output: bool
     default_num_actions: int | None
     default_unnorm_key: str | None

@@ -18,6 +18,7 @@ from vla_server.multimodal.image_errors import ImageInputError
 from vla_server.multimodal.image_hash import format_mm_hash
 from vla_server.multimodal.image_input import MediaPolicy
 from vla_server.multimodal.image_pipeline import ImagePipeline
+from vla_server.multimodal.pixel_cache import PixelCache
 from vla_server.multimodal.preprocessors import load_preprocessor
 from vla_server.multimodal.prompt_expansion import PlaceholderError, expand_image_placeholders
 
@@ -50,7 +51,9 @@ class MultimodalFrontend:
                 allowed_local_media_path=config.allowed_local_media_path,
                 allow_remote=config.allow_remote_media,
             )
-            self.pipeline = ImagePipeline(policy, load_preprocessor(path))
+            cache_bytes = int(config.mm_pixel_cache_mb * 1024 * 1024)
+            cache = PixelCache(cache_bytes) if cache_bytes > 0 else None
+            self.pipeline = ImagePipeline(policy, load_preprocessor(path), cache)
         self.actions = load_action_tokenizer(path, tokenizer)
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="vla-mm")
 
@@ -61,6 +64,8 @@ class MultimodalFrontend:
         }
         if self.pipeline is not None:
             out["preprocess_digest"] = self.pipeline.preprocess_digest.hex()
+            if self.pipeline.cache is not None:
+                out["pixel_cache"] = self.pipeline.cache.stats()
         if self.actions is not None:
             out["actions"] = {
                 "action_dim": self.actions.action_dim,

@@ -1,9 +1,10 @@
 """All main-process work for a request's images: parse, hash, preprocess (run it in a thread pool).
 
 The scheduler only ever receives the results: float32 ``pixel_values`` and one 128-bit hash per
-image. A caller's ``mm_hashes`` entry is used as given (no server hash is computed for it); a list
-whose length differs from the number of images, or a malformed entry, is an error, never a
-silent recompute.
+image. A frame seen recently (its hash in the ``PixelCache``) skips the resize and
+normalisation. A caller's ``mm_hashes`` entry is used as given (no server hash is computed for
+it); a list whose length differs from the number of images, or a malformed entry, is an error,
+never a silent recompute.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vla_server.multimodal.image_decode import as_pixels, frame_hw
+from vla_server.multimodal.image_decode import RgbFrame, as_pixels, frame_hw
 from vla_server.multimodal.image_errors import ImageInputError
 from vla_server.multimodal.image_hash import image_hash, parse_mm_hash
 from vla_server.multimodal.image_input import ImageItem, MediaPolicy, load_frame
+from vla_server.multimodal.pixel_cache import PixelCache
 from vla_server.multimodal.preprocessors import Preprocessor, apply_preprocessor
 
 
@@ -32,6 +34,8 @@ class ProcessedImage:
 class ImagePipeline:
     policy: MediaPolicy
     preprocess: Preprocessor
+    # Preprocessed pixels of recent frames (None: every frame is resized again).
+    cache: PixelCache | None = None
     preprocess_digest: bytes = field(init=False)
 
     def __post_init__(self) -> None:
@@ -46,14 +50,24 @@ class ImagePipeline:
     def _process_one(self, index: int, item: ImageItem, caller_hash: int | None) -> ProcessedImage:
         # A decoded image stays a PIL image: the resize reads it directly, and the pixel array
         # (a copy out of PIL's buffer) is made only when the server hashes the frame itself.
+        # A cached frame is still decoded: its bytes are validated like any other's.
         frame = load_frame(item, index, self.policy)
         hash128 = self.hash_pixels(as_pixels(frame)) if caller_hash is None else caller_hash
         return ProcessedImage(
-            pixel_values=apply_preprocessor(frame, self.preprocess),
+            pixel_values=self._pixel_values(frame, hash128),
             hash128=hash128,
             source_hw=frame_hw(frame),
             caller_hash=caller_hash is not None,
         )
+
+    def _pixel_values(self, frame: RgbFrame, hash128: int) -> np.ndarray:
+        cached = None if self.cache is None else self.cache.get(hash128)
+        if cached is not None:
+            return cached
+        pixels = apply_preprocessor(frame, self.preprocess)
+        if self.cache is not None:
+            self.cache.put(hash128, pixels)
+        return pixels
 
     def hash_pixels(self, pixels: np.ndarray) -> int:
         return image_hash(pixels, self.preprocess_digest)
