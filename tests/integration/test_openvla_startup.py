@@ -44,25 +44,12 @@ def test_missing_tower_weight(tmp_path):
     assert "1 missing tensor(s): " + MISSING in line
 
 
-@pytest.mark.parametrize(
-    ("ids", "named"),
-    [
-        # SigLIP's weights read as a DINOv2-with-registers tower: its tokens and LayerScales
-        # are missing
-        (
-            ["vit_large_patch14_reg4_dinov2.lvd142m"] * 2,
-            "vision_backbone.fused_featurizer.reg_token",
-        ),
-        (
-            ["vit_large_patch14_reg4_dinov2.lvd142m", "vit_base_patch16_224"],
-            "timm_model_ids[1] 'vit_base_patch16_224' is not a supported tower",
-        ),
-    ],
-    ids=["wrong-family", "unknown-id"],
-)
-def test_wrong_timm_model_ids(tmp_path, ids, named):
+def test_wrong_timm_model_ids(tmp_path):
+    # SigLIP's weights read as a DINOv2-with-registers tower: its tokens and LayerScales are
+    # missing (an unknown id fails earlier, in PrismaticSpec: test_prismatic_config.py)
+    ids = ["vit_large_patch14_reg4_dinov2.lvd142m"] * 2
     line = start_up_error(broken_copy(tmp_path, timm_model_ids=ids), tmp_path)
-    assert named in line
+    assert "vision_backbone.fused_featurizer.reg_token" in line and "timm_model_ids" in line
 
 
 def test_padded_vocabulary_the_tokenizer_does_not_match(tmp_path):

@@ -1,7 +1,8 @@
 """The other Prismatic layouts OpenVLA-style checkpoints come in, each through the offline
 `Engine` against the reference's `predict_action`: a single SigLIP, CLIP (QuickGELU) or IN1K
 ViT-L/16 (196 patches) tower with the `gelu-mlp` projector, DINOv2 with a `linear` projector,
-letterbox preprocessing, a sharded `model.safetensors.index.json`, and bf16 on the CPU."""
+letterbox preprocessing, a sharded `model.safetensors.index.json`, and bf16 on the CPU (the
+CLIP, IN1K, sharded and bf16 cases with `-m slow`)."""
 
 from __future__ import annotations
 
@@ -16,14 +17,15 @@ FRAMES = [random_rgb(224, 224, seed=11), random_rgb(360, 640, seed=12)]
 INSTRUCTION = "put the carrot in the sink"
 PROMPT = f"In: What action should the robot take to {INSTRUCTION}?\nOut:"
 FUSED = {"backbone": "dinosiglip-vit-so-224px"}
-VARIANTS = {
-    "siglip-gelu-mlp": {"backbone": "siglip-vit-so400m", "arch_specifier": "no-align+gelu-mlp"},
-    "clip-quick-gelu": {"backbone": "clip-vit-l", "arch_specifier": "gelu-mlp"},
-    "dinov2-linear": {"backbone": "dinov2-vit-l", "arch_specifier": "no-align+linear"},
-    "in1k-patch16": {"backbone": "in1k-vit-l", "arch_specifier": "gelu-mlp"},
-    "letterbox": {**FUSED, "resize_strategy": "letterbox"},
-    "sharded": {**FUSED, "sharded": True},
-}
+SLOW = pytest.mark.slow  # each variant starts a node (about 10 s): the rarer ones are opt-in
+VARIANTS = [
+    pytest.param({"backbone": "siglip-vit-so400m", "arch_specifier": "gelu-mlp"}, id="siglip"),
+    pytest.param({"backbone": "dinov2-vit-l", "arch_specifier": "no-align+linear"}, id="linear"),
+    pytest.param({**FUSED, "resize_strategy": "letterbox"}, id="letterbox"),
+    pytest.param({"backbone": "clip-vit-l", "arch_specifier": "gelu-mlp"}, id="clip", marks=SLOW),
+    pytest.param({"backbone": "in1k-vit-l", "arch_specifier": "gelu-mlp"}, id="in1k", marks=SLOW),
+    pytest.param({**FUSED, "sharded": True}, id="sharded", marks=SLOW),
+]
 
 
 def actions_of(path, **engine_args) -> list[tuple[list[int], list[float]]]:
@@ -45,7 +47,7 @@ def reference_of(path) -> list[dict]:
     return reference_predict(path, requests)
 
 
-@pytest.mark.parametrize("options", VARIANTS.values(), ids=VARIANTS.keys())
+@pytest.mark.parametrize("options", VARIANTS)
 def test_variant_equals_predict_action(options):
     path = build_openvla_checkpoint(towers="tiny", norm_keys="bridge_orig", **options)
     for (tokens, actions), ref in zip(actions_of(path), reference_of(path), strict=True):
@@ -53,6 +55,7 @@ def test_variant_equals_predict_action(options):
         np.testing.assert_allclose(actions, ref["actions"], rtol=0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_bf16_on_cpu_serves_actions():
     """bf16 runs on the CPU end to end. Its tokens are not compared with the float32 reference:
     the tiny checkpoint's top-2 logit margins (0.04 and up) are within bf16 rounding."""
