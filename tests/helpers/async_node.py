@@ -99,3 +99,11 @@ async def stream_until_done(
                 last = json.loads(line.removeprefix("data: "))
                 started.set()
     return last
+
+
+async def outputs_alone(c: httpx.AsyncClient, prompts: list[list[int]], n: int) -> list[list[int]]:
+    """Each prompt's greedy output ids, run one at a time (the reference for a test that runs
+    them alongside others)."""
+    return [
+        (await json_of(c.post("/generate", json=body(ids, n))))["output_ids"] for ids in prompts
+    ]

@@ -26,6 +26,7 @@ from tests.helpers.async_node import (
     internal,
     json_of,
     metric,
+    outputs_alone,
     stream_until_done,
     wait_idle,
 )
@@ -59,10 +60,6 @@ def node(llama_path, tmp_path_factory):
         yield s
 
 
-async def stream(c: httpx.AsyncClient, ids: list[int], started: asyncio.Event) -> dict:
-    return await stream_until_done(c, body(ids, LOW_NEW), started)
-
-
 async def realtime_until(c: httpx.AsyncClient, done: asyncio.Future) -> list[dict]:
     """Realtime requests back to back until `done`; their replies."""
     outs: list[dict] = []
@@ -74,13 +71,15 @@ async def realtime_until(c: httpx.AsyncClient, done: asyncio.Future) -> list[dic
 
 async def test_isolation_holds_lows_none_starves_outputs_unchanged(node):
     async with node.async_client() as c:
-        alone = [
-            (await json_of(c.post("/generate", json=body(ids, LOW_NEW))))["output_ids"]
-            for ids in LOWS
-        ]
+        alone = await outputs_alone(c, LOWS, LOW_NEW)
         before = await internal(c)
         started = [asyncio.Event() for _ in LOWS]
-        lows = asyncio.gather(*(stream(c, ids, ev) for ids, ev in zip(LOWS, started, strict=True)))
+        lows = asyncio.gather(
+            *(
+                stream_until_done(c, body(ids, LOW_NEW), ev)
+                for ids, ev in zip(LOWS, started, strict=True)
+            )
+        )
         # a liveness bound, not a latency threshold
         await asyncio.wait_for(asyncio.gather(*(ev.wait() for ev in started)), POLL_TIMEOUT_S)
         highs = await asyncio.wait_for(realtime_until(c, lows), POLL_TIMEOUT_S)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
 import pytest
 
 from tests.helpers.async_node import (
@@ -28,6 +27,7 @@ from tests.helpers.async_node import (
     json_of,
     meta,
     metric,
+    outputs_alone,
     stream_until_done,
     wait_idle,
 )
@@ -52,20 +52,13 @@ def node(llama_path, tmp_path_factory):
         yield s
 
 
-async def stream_low(c: httpx.AsyncClient, ids: list[int], started: asyncio.Event) -> dict:
-    return await stream_until_done(c, body(ids, LOW_NEW, priority=0), started)
-
-
 async def test_high_priority_preempts_within_one_step(node):
     async with node.async_client() as c:
-        alone = [
-            (await json_of(c.post("/generate", json=body(ids, LOW_NEW))))["output_ids"]
-            for ids in LOWS
-        ]
+        alone = await outputs_alone(c, LOWS, LOW_NEW)
         before = (await internal(c))["num_retractions"]
         started = [asyncio.Event() for _ in LOWS]
         lows = [
-            asyncio.create_task(stream_low(c, ids, ev))
+            asyncio.create_task(stream_until_done(c, body(ids, LOW_NEW, priority=0), ev))
             for ids, ev in zip(LOWS, started, strict=True)
         ]
         # a liveness bound, not a latency threshold

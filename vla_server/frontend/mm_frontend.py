@@ -35,13 +35,9 @@ class MultimodalFrontend:
         self.bos_token_id = tokenizer.bos_token_id
         # OpenVLA (Prismatic layout): no placeholder token, one image right after BOS.
         self.openvla = info.get("vision_format") == "prismatic"
-        self.image_token = (
-            tokenizer.convert_ids_to_tokens(self.image_token_id)
-            if self.image_token_id is not None
-            else openvla_prompt.PLACEHOLDER
-            if self.openvla
-            else None
-        )
+        self.image_token = openvla_prompt.PLACEHOLDER if self.openvla else None
+        if self.image_token_id is not None:
+            self.image_token = tokenizer.convert_ids_to_tokens(self.image_token_id)
         self.action_suffix_id = openvla_prompt.empty_token_id(tokenizer) if self.openvla else None
         self.pipeline: ImagePipeline | None = None
         if self.tokens_per_image:

@@ -53,10 +53,16 @@ def resized_hw(height: int, width: int, cfg: PreprocessConfig) -> tuple[int, int
     if cfg.resize_hw is not None:
         return cfg.resize_hw
     assert cfg.shortest_edge is not None
-    # Same arithmetic as transformers' get_resize_output_image_size(default_to_square=False).
+    return short_side_hw(height, width, cfg.shortest_edge)
+
+
+def short_side_hw(height: int, width: int, short_side: int) -> tuple[int, int]:
+    """(height, width) scaled so the short side is `short_side`, the long one truncated: the
+    arithmetic of transformers' get_resize_output_image_size(default_to_square=False) and of
+    torchvision's resize with an int size."""
     short, long = (width, height) if width <= height else (height, width)
-    new_short, new_long = cfg.shortest_edge, int(cfg.shortest_edge * long / short)
-    return (new_long, new_short) if width <= height else (new_short, new_long)
+    new_long = int(short_side * long / short)
+    return (new_long, short_side) if width <= height else (short_side, new_long)
 
 
 def _resize(pixels: RgbFrame, cfg: PreprocessConfig) -> np.ndarray:

@@ -28,6 +28,7 @@ import xxhash
 from PIL import Image
 
 from vla_server.multimodal.image_decode import RgbFrame, as_pil
+from vla_server.multimodal.preprocess import short_side_hw
 from vla_server.multimodal.value_tables import look_up, value_tables
 
 PRISMATIC_PROCESSOR = "PrismaticImageProcessor"
@@ -147,17 +148,10 @@ def _letterbox(image: Image.Image, fill: tuple[int, int, int]) -> Image.Image:
 
 def _resized_crop(image: Image.Image, t: TowerTransform) -> np.ndarray:
     """Resized and center-cropped: uint8 ``[H', W', 3]``."""
-    resized = image.resize(_resized_wh(image.size, t.size), resample=t.resample)
+    w, h = image.size
+    out_h, out_w = t.size if isinstance(t.size, tuple) else short_side_hw(h, w, t.size)
+    resized = image.resize((out_w, out_h), resample=t.resample)
     return _center_crop(np.asarray(resized), t.crop_hw)
-
-
-def _resized_wh(wh: tuple[int, int], size: tuple[int, int] | int) -> tuple[int, int]:
-    if not isinstance(size, int):
-        return size[1], size[0]
-    w, h = wh
-    short, long = (w, h) if w <= h else (h, w)
-    new_long = int(size * long / short)
-    return (size, new_long) if w <= h else (new_long, size)
 
 
 def _center_crop(hwc: np.ndarray, crop_hw: tuple[int, int]) -> np.ndarray:
