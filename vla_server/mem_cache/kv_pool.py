@@ -48,12 +48,17 @@ class TokenSlotAllocator:
         self.device = device
         self.clear()
 
+    # Freed slots wait in a short list and are merged in one cat: often enough that neither the
+    # list nor the merge grows with uptime (a decode step frees one small tensor per request).
+    MERGE_EVERY = 128
+
     def clear(self) -> None:
         self._free = torch.arange(1, self.size + 1, dtype=torch.int64, device=self.device)
         self._pending_free: list[torch.Tensor] = []
+        self._pending_count = 0
 
     def available_size(self) -> int:
-        return int(self._free.numel()) + sum(int(t.numel()) for t in self._pending_free)
+        return int(self._free.numel()) + self._pending_count
 
     def alloc(self, n: int) -> torch.Tensor | None:
         if n > self._free.numel():
@@ -65,14 +70,17 @@ class TokenSlotAllocator:
         return out
 
     def free(self, slots: torch.Tensor) -> None:
-        # Freed slots are batched and merged lazily so that freeing on the decode path is O(1).
         if slots.numel():
             self._pending_free.append(slots.to(torch.int64))
+            self._pending_count += int(slots.numel())
+            if len(self._pending_free) >= self.MERGE_EVERY:
+                self._merge_pending()
 
     def _merge_pending(self) -> None:
         if self._pending_free:
             self._free = torch.cat([self._free, *self._pending_free])
             self._pending_free = []
+            self._pending_count = 0
 
 
 class TokenToKVPool:
