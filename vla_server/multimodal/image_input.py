@@ -78,16 +78,41 @@ def load_frame(item: ImageItem, index: int, policy: MediaPolicy) -> RgbFrame:
         raise err.at(index) from None
 
 
+def encoded_payload(item: ImageItem, index: int, policy: MediaPolicy) -> bytes | None:
+    """The encoded PNG/JPEG bytes of ``image_data[index]`` (within ``max_image_bytes``), or None
+    for raw pixels; raises :class:`ImageInputError` naming the entry."""
+    if isinstance(item, np.ndarray | dict):
+        return None
+    try:
+        data = _payload(item, policy)
+        _check_byte_count(len(data), policy)
+        return data
+    except ImageInputError as err:
+        raise err.at(index) from None
+
+
+def decode_payload(data: bytes, index: int, policy: MediaPolicy) -> Image.Image:
+    """``encoded_payload``'s bytes as a loaded RGB PIL image."""
+    try:
+        return decode_encoded_rgb(data, policy.max_image_pixels)
+    except ImageInputError as err:
+        raise err.at(index) from None
+
+
 def _load(item: ImageItem, policy: MediaPolicy) -> RgbFrame:
     if isinstance(item, np.ndarray):
         _check_raw_size(item.shape, item.dtype.itemsize, policy)
         return array_to_rgb(item)
     if isinstance(item, dict):
         return _from_raw_dict(item, policy)
+    return _from_encoded(_payload(item, policy), policy)
+
+
+def _payload(item: ImageItem, policy: MediaPolicy) -> bytes:
     if isinstance(item, bytes | bytearray):
-        return _from_encoded(bytes(item), policy)
+        return bytes(item)
     if isinstance(item, str):
-        return _from_encoded(_encoded_bytes_of_string(item, policy), policy)
+        return _encoded_bytes_of_string(item, policy)
     raise ImageInputError(f"unsupported image_data type {type(item).__name__}")
 
 

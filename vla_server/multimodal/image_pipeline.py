@@ -2,7 +2,8 @@
 
 The scheduler only ever receives the results: float32 ``pixel_values`` and one 128-bit hash per
 image. A frame seen recently (its hash in the ``PixelCache``) skips the resize and
-normalisation. A caller's ``mm_hashes`` entry is used as given (no server hash is computed for
+normalisation; one whose encoded bytes are exactly those of a recent frame skips the decode and
+hash as well. A caller's ``mm_hashes`` entry is used as given (no server hash is computed for
 it); a list whose length differs from the number of images, or a malformed entry, is an error,
 never a silent recompute.
 """
@@ -17,8 +18,14 @@ import numpy as np
 from vla_server.multimodal.image_decode import RgbFrame, as_pixels, frame_hw
 from vla_server.multimodal.image_errors import ImageInputError
 from vla_server.multimodal.image_hash import image_hash, parse_mm_hash
-from vla_server.multimodal.image_input import ImageItem, MediaPolicy, load_frame
-from vla_server.multimodal.pixel_cache import PixelCache
+from vla_server.multimodal.image_input import (
+    ImageItem,
+    MediaPolicy,
+    decode_payload,
+    encoded_payload,
+    load_frame,
+)
+from vla_server.multimodal.pixel_cache import KnownFrame, PixelCache
 from vla_server.multimodal.preprocessors import Preprocessor, apply_preprocessor
 
 
@@ -48,17 +55,38 @@ class ImagePipeline:
         return [self._process_one(i, item, caller_hashes[i]) for i, item in enumerate(items)]
 
     def _process_one(self, index: int, item: ImageItem, caller_hash: int | None) -> ProcessedImage:
+        encoded = encoded_payload(item, index, self.policy)
+        repeated = self._repeated(encoded, caller_hash)
+        if repeated is not None:
+            return repeated
         # A decoded image stays a PIL image: the resize reads it directly, and the pixel array
         # (a copy out of PIL's buffer) is made only when the server hashes the frame itself.
-        # A cached frame is still decoded: its bytes are validated like any other's.
-        frame = load_frame(item, index, self.policy)
+        if encoded is None:
+            frame = load_frame(item, index, self.policy)
+        else:
+            frame = decode_payload(encoded, index, self.policy)
         hash128 = self.hash_pixels(as_pixels(frame)) if caller_hash is None else caller_hash
+        if encoded is not None and self.cache is not None:
+            self.cache.remember(encoded, KnownFrame(hash128, frame_hw(frame)))
         return ProcessedImage(
             pixel_values=self._pixel_values(frame, hash128),
             hash128=hash128,
             source_hw=frame_hw(frame),
             caller_hash=caller_hash is not None,
         )
+
+    def _repeated(self, encoded: bytes | None, caller_hash: int | None) -> ProcessedImage | None:
+        """The cached result for bytes processed before under the same key, without decoding."""
+        if encoded is None or self.cache is None:
+            return None
+        known = self.cache.known(encoded)
+        if known is None or caller_hash not in (None, known.key):
+            return None
+        pixels = self.cache.get(known.key)
+        if pixels is None:
+            return None
+        self.cache.count_skipped_decode()
+        return ProcessedImage(pixels, known.key, known.source_hw, caller_hash is not None)
 
     def _pixel_values(self, frame: RgbFrame, hash128: int) -> np.ndarray:
         cached = None if self.cache is None else self.cache.get(hash128)
