@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from vla_server.bench.checkpoints import SIZES, bench_model_path
+from vla_server.bench.cpu_accounting import cpu_ms_per_unit, cpu_snapshot
 from vla_server.bench.raw_step import measure_decode_steps
 from vla_server.bench.stats import plot_distributions, summary_ms, table, write_json
 from vla_server.bench.stream_client import StreamTiming, concurrent_streams
@@ -102,17 +103,21 @@ def run_model(args: argparse.Namespace, path: Path, threads: int) -> dict[str, A
         str(threads),
         *args.server_args,
     ]
+    cpu: dict[int, dict[str, float]] = {}
     with run_server(path, logs, *serve_flags) as server:
         for c in args.concurrency:
             served_round(server, c, 8)  # warm-up
+            before = cpu_snapshot(server)
             for r in range(args.rounds):
                 print(f"  served: {c} stream(s), round {r + 1}/{args.rounds}", flush=True)
                 served[c] += served_round(server, c, args.tokens)
+            tokens = sum(t.tokens for t in served[c])
+            cpu[c] = cpu_ms_per_unit(before, cpu_snapshot(server), tokens)
         rss = peak_rss_mb(server)
     print("measuring the raw step again (drift check) ...", flush=True)
     for c in args.concurrency:
         raw[c] += measure_decode_steps(path, c, steps)
-    return report(args, path, threads, raw, served, rss)
+    return report(args, path, threads, raw, served, rss, cpu)
 
 
 # Issue targets at batch 1, on a model whose raw step is at least TARGET_MIN_STEP_MS.
@@ -172,6 +177,16 @@ def target_verdict(row: dict[str, Any]) -> dict[str, Any]:
     return {"applies": applies, "p50_ok": p50_ok, "p99_ok": p99_ok, "text": text}
 
 
+def cpu_rows(cpu: dict[int, dict[str, float]]) -> tuple[list[dict[str, Any]], list[str]]:
+    columns = [f"{c} stream(s)" for c in cpu]
+    labels = list(next(iter(cpu.values())))
+    rows = [
+        {"where": k, **{col: cpu[c][k] for col, c in zip(columns, cpu, strict=True)}}
+        for k in labels
+    ]
+    return rows, ["where", *columns]
+
+
 def report(
     args: argparse.Namespace,
     path: Path,
@@ -179,6 +194,7 @@ def report(
     raw: dict[int, list[float]],
     served: dict[int, list[StreamTiming]],
     rss: dict[str, float],
+    cpu: dict[int, dict[str, float]],
 ) -> dict[str, Any]:
     rows = [row_for(c, served[c], raw[c]) for c in args.concurrency]
     print(
@@ -190,12 +206,15 @@ def report(
     if verdict is not None:
         print(verdict["text"])
     print("peak RSS (MB): " + ", ".join(f"{k} {v:.0f}" for k, v in rss.items()))
+    print("CPU ms per generated token, by process and thread (the token path's profile)")
+    print(table(*cpu_rows(cpu)))
     result = {
         "model": str(path),
         "torch_threads": threads,
         "rows": rows,
         "target": verdict,
         "peak_rss_mb": rss,
+        "cpu_ms_per_token": cpu,
     }
     write_json(args.out / f"serving-{path.name}.json", result)
     series: dict[str, list[float]] = {}
