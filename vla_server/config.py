@@ -46,6 +46,12 @@ class ServerArgs:
     torch_num_threads: int | None = _opt(
         None, "torch CPU threads in the scheduler (default: all cores but two, at least one)"
     )
+    prefill_torch_threads: int | None = _opt(
+        None,
+        "torch CPU threads for a step of one request with at least 64 new tokens, e.g. a lone "
+        "robot's frame (default: all cores; a long step gains from every core, a decode step "
+        "or a busy node from leaving cores to the other processes)",
+    )
     log_level: str = _opt("info", "logging level")
     random_seed: int = _opt(0, "seed of the scheduler's sampler")
     chunked_prefill_size: int = _opt(
@@ -242,6 +248,7 @@ class ModelRunnerConfig:
     max_running_requests: int
     context_length: int | None
     torch_num_threads: int | None
+    prefill_torch_threads: int | None
     random_seed: int
 
 
@@ -312,6 +319,27 @@ def default_torch_threads() -> int:
     inter-token latency 20x the raw step, 1 thread made it equal (`vla_server.bench serving`).
     """
     return max(1, (os.cpu_count() or 1) - 2)
+
+
+@dataclass(frozen=True)
+class ThreadPlan:
+    """Torch CPU threads per step: `prefill` for a step of one request with at least
+    `min_tokens` new tokens (a lone robot's frame: nothing else wants the other cores), `decode`
+    for the rest (see `default_torch_threads` for why). With several requests in flight the
+    front end is busy too, and more model threads than free cores stall at every barrier: 8
+    robots' throughput fell 4x in `bench control` when any long step took every core."""
+
+    decode: int
+    prefill: int
+    min_tokens: int = 64
+
+    @classmethod
+    def of(cls, model: ModelRunnerConfig) -> ThreadPlan:
+        decode = model.torch_num_threads or default_torch_threads()
+        return cls(decode, model.prefill_torch_threads or os.cpu_count() or decode)
+
+    def threads_for(self, requests: int, new_tokens: int) -> int:
+        return self.prefill if requests == 1 and new_tokens >= self.min_tokens else self.decode
 
 
 @dataclass

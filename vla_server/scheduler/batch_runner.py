@@ -13,6 +13,7 @@ import time
 
 import torch
 
+from vla_server.config import ThreadPlan
 from vla_server.io_struct import MMItem
 from vla_server.model.model_runner import ModelRunner
 from vla_server.model.sampling import (
@@ -33,8 +34,11 @@ class BatchRunner:
         seed: int,
         embedder: ImageEmbedder | None = None,
         eos_token_ids: frozenset[int] = frozenset(),
+        threads: ThreadPlan | None = None,
     ):
         self.runner = runner
+        self.threads = threads  # None: the process's torch threads for every step
+        self._threads_now = 0
         self.device = runner.device
         self.embedder = embedder
         self.eos_token_ids = eos_token_ids  # masked until a request's min_new_tokens
@@ -50,6 +54,7 @@ class BatchRunner:
     def run(self, batch: ScheduledBatch) -> BatchResult:
         t0 = time.perf_counter()
         tokens = self._resolve_pending(batch)
+        self._set_threads(len(tokens), sum(len(t) for t in tokens))
         embeds, mask = self._embeds(batch, tokens)
         fb = self.runner.build_forward_batch(
             batch.rows,
@@ -68,6 +73,14 @@ class BatchRunner:
         if rows:
             self._sample(batch, rows, tokens, logits.next_token_logits, next_ids, logprobs)
         return BatchResult(next_ids, logprobs, time.perf_counter() - t0)
+
+    def _set_threads(self, requests: int, new_tokens: int) -> None:
+        # Runs on the model worker thread, the one whose OpenMP pool the next forward uses.
+        if self.threads is not None:
+            n = self.threads.threads_for(requests, new_tokens)
+            if n != self._threads_now:
+                torch.set_num_threads(n)
+                self._threads_now = n
 
     def _resolve_pending(self, batch: ScheduledBatch) -> list[list[int]]:
         prev, batch.prev = batch.prev, None  # else each batch keeps every earlier one alive

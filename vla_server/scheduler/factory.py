@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from vla_server.config import ModelRunnerConfig, SchedulerConfig
+from vla_server.config import ModelRunnerConfig, SchedulerConfig, ThreadPlan
 from vla_server.model.attention.registry import resolve_backend_name
 from vla_server.model.model_runner import ModelRunner
 from vla_server.model.tokenizer import load_tokenizer
@@ -55,7 +55,13 @@ def build_core(
     core = SchedulerCore(
         cfg,
         kv,
-        BatchRunner(runner, model.random_seed, embedder, frozenset(runner.config.eos_token_ids)),
+        BatchRunner(
+            runner,
+            model.random_seed,
+            embedder,
+            frozenset(runner.config.eos_token_ids),
+            ThreadPlan.of(model),
+        ),
         sink,
         sessions=SessionController(kv.tree, cfg.max_session_held_tokens, tokenizer.bos_token_id),
         finish_checker=FinishChecker(tokenizer, set(runner.config.eos_token_ids)),

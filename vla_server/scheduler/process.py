@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import zmq
 
-from vla_server.config import ModelRunnerConfig, PortArgs, SchedulerConfig, default_torch_threads
+from vla_server.config import ModelRunnerConfig, PortArgs, SchedulerConfig, ThreadPlan
 from vla_server.io_struct import (
     AbortReq,
     BatchTokenIDOutput,
@@ -43,7 +43,7 @@ WAITING_POLL_MS = 50
 
 class SchedulerProcess:
     def __init__(self, cfg: SchedulerConfig, model: ModelRunnerConfig, port_args: PortArgs):
-        torch.set_num_threads(model.torch_num_threads or default_torch_threads())
+        torch.set_num_threads(ThreadPlan.of(model).decode)
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model-worker")
         self.core, runner = build_core(cfg, model, self._send_output, self.worker)
         self.info = ready_info(runner, self.core.kv.total_tokens, model.attention_backend)

@@ -1,0 +1,39 @@
+"""Torch threads per step: a lone long step may use every core, anything else keeps the few
+threads that leave cores to the front end and the detokenizer."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from vla_server.config import ServerArgs, ThreadPlan
+from vla_server.scheduler.batch_runner import BatchRunner
+
+
+def test_only_a_lone_long_step_gets_the_prefill_threads():
+    plan = ThreadPlan(decode=1, prefill=4, min_tokens=64)
+    assert plan.threads_for(1, 64) == 4
+    assert plan.threads_for(1, 63) == 1  # a decode step or a short turn
+    assert plan.threads_for(2, 500) == 1  # another robot is in flight: its front end is busy
+
+
+def test_the_plan_follows_the_flags_with_all_cores_for_prefill_by_default(tmp_path):
+    def plan(*flags: int | None) -> ThreadPlan:
+        config = ServerArgs(
+            model_path=str(tmp_path), torch_num_threads=flags[0], prefill_torch_threads=flags[1]
+        )
+        return ThreadPlan.of(config.configs().model)
+
+    assert (plan(1, None).decode, plan(1, None).prefill) == (1, os.cpu_count())
+    assert (plan(2, 3).decode, plan(2, 3).prefill) == (2, 3)
+
+
+def test_the_runner_switches_its_thread_count_only_when_the_plan_changes(monkeypatch):
+    calls: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    runner = BatchRunner.__new__(BatchRunner)
+    runner.threads, runner._threads_now = ThreadPlan(decode=1, prefill=2), 0
+    for requests, tokens in [(1, 300), (1, 1), (1, 1), (3, 300), (1, 80), (1, 90)]:
+        runner._set_threads(requests, tokens)
+    assert calls == [2, 1, 2]
