@@ -95,7 +95,7 @@ def tokens(args: argparse.Namespace) -> tuple[list[Row], Any]:
 
 
 def session(args: argparse.Namespace) -> tuple[list[Row], Any]:
-    argv = ("--model", "demo", "--sessions", "1" if args.quick else "3")
+    argv = ("--model", "demo", "--sessions", "1" if args.quick else "6")
     bench, ns = sub_args("vla_server.bench.scheduler_session", args.out / "session", *argv)
     result = bench.run(ns)
     later = result["rows"][-1]  # turns 1+

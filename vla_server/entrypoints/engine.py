@@ -120,6 +120,11 @@ def launch_node(server_args: ServerArgs) -> Node:
     )
     procs: list[BaseProcess] = [sched, detok]
     tm = None
+    # OpenMP threads that spin at barriers make a multi-threaded step pathological when another
+    # process holds a core (a 512-token prefill on 2 threads took 0.8 s instead of 55 ms on a
+    # loaded 2-core machine); sleeping waiters cost nothing there. The scheduler inherits this
+    # environment when it starts (libgomp reads it when torch loads); a user's setting wins.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         sched.start()
         sched_writer.close()
