@@ -69,6 +69,38 @@ def measure_decode_steps(
     return times
 
 
+def measure_extend_forwards(
+    model_path: str | Path, new_tokens: int, prefix_tokens: int, reps: int, warmup: int = 3
+) -> list[float]:
+    """Seconds of the bare model forward that computes `new_tokens` prompt tokens over
+    `prefix_tokens` already in the KV pool (0: a fresh prompt), `reps` samples: what a session
+    turn's new tokens cost with and without the history they attend to."""
+    total = prefix_tokens + new_tokens
+    runner = ModelRunner(
+        model_path,
+        max_total_tokens=(reps + warmup) * total + 1,
+        max_running_requests=reps + warmup,
+        progress=False,
+    )
+    kv = KVCacheManager(runner.req_to_token_pool, runner.kv_pool, disable_radix=True)
+    batch_runner = BatchRunner(runner, 0)
+    params = SamplingParams(max_new_tokens=1, temperature=0.0, ignore_eos=True)
+    bare: list[float] = []
+    for rep in range(reps + warmup):
+        ids = [(13 * rep + 7 * j) % 200 + 10 for j in range(total)]
+        req = Req.from_wire(
+            TokenizedGenerateReqInput(rid=str(rep), input_ids=ids, sampling_params=params)
+        )
+        prefix, node = kv.match(req)
+        kv.admit(req, prefix, node)
+        if prefix_tokens:
+            batch_runner.run(_step_batch([req], kv, limit=prefix_tokens))
+        runner.forward = _timed(runner.forward, bare)  # type: ignore[method-assign]
+        batch_runner.run(_step_batch([req], kv))
+        del runner.forward  # back to the class's method for the untimed prefix
+    return bare[warmup:]
+
+
 def _timed(fn: Callable[..., T], out: list[float]) -> Callable[..., T]:
     def timed(*args: Any, **kwargs: Any) -> T:
         t0 = time.perf_counter()
@@ -79,8 +111,8 @@ def _timed(fn: Callable[..., T], out: list[float]) -> Callable[..., T]:
     return timed
 
 
-def _step_batch(reqs: list[Req], kv: KVCacheManager) -> ScheduledBatch:
-    tokens = [r.fill_ids[r.kv_len :] for r in reqs]
+def _step_batch(reqs: list[Req], kv: KVCacheManager, limit: int | None = None) -> ScheduledBatch:
+    tokens = [r.fill_ids[r.kv_len : None if limit is None else r.kv_len + limit] for r in reqs]
     slots = kv.alloc(sum(len(t) for t in tokens))
     assert slots is not None
     batch = ScheduledBatch(
