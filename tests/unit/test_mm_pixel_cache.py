@@ -111,3 +111,15 @@ def test_known_bytes_whose_pixels_were_evicted_are_decoded_again():
     assert again.pixel_values is not first.pixel_values
     np.testing.assert_array_equal(again.pixel_values, first.pixel_values)
     assert pipeline.cache is not None and pipeline.cache.stats()["decodes_skipped"] == 0
+
+
+def test_bytes_sent_under_a_caller_hash_never_name_pixels_for_a_request_without_one():
+    pipeline = ImagePipeline(MediaPolicy(), SIGLIP, PixelCache(10 * ENTRY))
+    fresh = ImagePipeline(MediaPolicy(), SIGLIP)
+    first, second = (png_base64(random_rgb(40, 40, seed=s)) for s in (8, 9))
+    claimed = format_mm_hash(0x5678)
+    pipeline.process([first], [claimed])
+    pipeline.process([second], [claimed])  # the caller says: the same picture as the first
+    own = pipeline.process([second])[0]  # no claim: the second frame's own pixels
+    np.testing.assert_array_equal(own.pixel_values, fresh.process([second])[0].pixel_values)
+    assert own.hash128 == fresh.process([second])[0].hash128

@@ -66,7 +66,8 @@ class ImagePipeline:
         else:
             frame = decode_payload(encoded, index, self.policy)
         hash128 = self.hash_pixels(as_pixels(frame)) if caller_hash is None else caller_hash
-        if encoded is not None and self.cache is not None:
+        if encoded is not None and self.cache is not None and caller_hash is None:
+            # Only the server's own hash names the bytes: a caller's may name other pixels.
             self.cache.remember(encoded, KnownFrame(hash128, frame_hw(frame)))
         return ProcessedImage(
             pixel_values=self._pixel_values(frame, hash128),
@@ -76,7 +77,8 @@ class ImagePipeline:
         )
 
     def _repeated(self, encoded: bytes | None, caller_hash: int | None) -> ProcessedImage | None:
-        """The cached result for bytes processed before under the same key, without decoding."""
+        """The cached result for bytes the server hashed before, without decoding (with a
+        caller's hash only when it is that same hash)."""
         if encoded is None or self.cache is None:
             return None
         known = self.cache.known(encoded)
