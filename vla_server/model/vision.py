@@ -111,7 +111,7 @@ class VisionEncoder(nn.Module):
             )
         tensors = {}
         for name, tensor in load_tensors_with_prefix(model_path, LLAVA_VISION_PREFIXES).items():
-            ours = _module_name(name)
+            ours = module_name(name)
             if not self._unused(ours):
                 tensors[ours] = tensor
         expected = {name: tuple(t.shape) for name, t in self.state_dict().items()}
@@ -130,7 +130,7 @@ class VisionEncoder(nn.Module):
         return match is not None and int(match.group(1)) >= self.spec.layers_kept
 
 
-def _module_name(name: str) -> str:
+def module_name(name: str) -> str:
     """`model.vision_tower.X`, `vision_tower.X` or `vision_tower.vision_model.X` -> `tower.X`;
     `[model.]multi_modal_projector.X` -> `projector.X`."""
     for prefix in _TOWER_PREFIXES:
