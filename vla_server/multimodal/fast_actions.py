@@ -48,12 +48,14 @@ class FastActionTokenizer:
         spec: LeRobotPolicySpec,
         vocab_size: int,
         end_ids: tuple[int, ...],
+        eos_ids: tuple[int, ...],
         normalizers: tuple[FeatureNormalizer, FeatureNormalizer],
     ):
         self.codec = codec
         self.spec = spec
         self.vocab_size = vocab_size  # the model config's text vocabulary, not len(tokenizer)
-        self.end_ids = end_ids
+        self.end_ids = end_ids  # "|": the chunk is complete
+        self.eos_ids = eos_ids
         self.state_norm, self.action_norm = normalizers
         self.action_dim = spec.action_dim
         self.horizon = codec.horizon
@@ -80,7 +82,8 @@ class FastActionTokenizer:
                                    "STATE", modes)  # fmt: skip
         action = feature_normalizer(folder, POSTPROCESSOR, "unnormalizer_processor", ACTION_KEY,
                                     "ACTION", modes)  # fmt: skip
-        return cls(codec, spec, config.vocab_size, _end_ids(tokenizer), (state, action))
+        ends = _end_ids(tokenizer)
+        return cls(codec, spec, config.vocab_size, ends, config.eos_token_ids, (state, action))
 
     def fast_id(self, token: int) -> int:
         return int(to_fast_tokens(token, self.vocab_size, self.spec.fast_skip_tokens))
@@ -97,12 +100,12 @@ class FastActionTokenizer:
             raise ValueError("a pi0-FAST checkpoint has one set of statistics: give no unnorm_key")
         return None
 
-    def allowed_mask(self, model_vocab_size: int, eos_ids: tuple[int, ...]) -> torch.Tensor:
-        """bool [model_vocab_size]: the FAST ids, the end tokens and EOS."""
+    def allowed_mask(self, model_vocab_size: int) -> torch.Tensor:
+        """bool [model_vocab_size]: the FAST ids, the end tokens and EOS (constrained sampling)."""
         mask = torch.zeros(model_vocab_size, dtype=torch.bool)
         band = self.fast_ids()
         mask[band.start : band.stop] = True
-        mask[list(self.end_ids + tuple(eos_ids))] = True
+        mask[list(self.end_ids + self.eos_ids)] = True
         return mask
 
     def state_bins(self, state: list[float]) -> list[int]:

@@ -49,6 +49,7 @@ class SchedulerCore:
         finish_checker: FinishChecker,
         context_len: int,
         action_mask: torch.Tensor | None = None,
+        prefix_lm: bool = False,
         embedder: ImageEmbedder | None = None,
         clock: Clock | None = None,
         worker: Executor | None = None,
@@ -77,6 +78,7 @@ class SchedulerCore:
             kv_tokens=kv.total_tokens,
             context_len=context_len,
             action_mask=action_mask,
+            prefix_lm=prefix_lm,
         )
         self.step_cost = StepCostModel()
         isolation = Isolation.from_config(cfg, self.policy, self.step_cost)
