@@ -149,7 +149,7 @@ async def action_item(
         unnorm_key=body.unnorm_key,
         num_actions=_num_actions(body, fast),
         stream=True,
-        relaxed_actions=body.relaxed_decoding,
+        relaxed_decoding=body.relaxed_decoding,
     )
 
 

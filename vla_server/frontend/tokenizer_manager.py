@@ -317,7 +317,7 @@ class TokenizerManager:
             session_params=item.session_params,
             prefix_lm_len=prefix_lm_len,
             position_shift=position_shift,
-            relaxed_actions=item.relaxed_actions,
+            relaxed_actions=item.relaxed_decoding,
         )
 
     async def _prompt_ids(self, item: GenerateItem) -> tuple[list[int], Tensor | None, str]:
