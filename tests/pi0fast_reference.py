@@ -121,6 +121,8 @@ def greedy(
         pixel_values=pixels if pixels.shape[0] else None,
         token_type_ids=types,
         position_ids=positions[None],
+        # Explicit, so transformers does not read a position gap as two packed sequences.
+        attention_mask=torch.ones((1, len(ids)), dtype=torch.long),
         use_cache=True,
     )
     cache, next_pos, tokens = out.cache, int(positions[-1]) + 1, []

@@ -45,7 +45,7 @@ ACTION_STATS = {
     "mean": [0.0, 0.5, 0.0],
     "std": [0.1, 0.25, 0.5],
 }
-VERSION = 1
+VERSION = 4
 
 
 def vlm_config(vocab_size: int) -> dict[str, Any]:

@@ -8,8 +8,10 @@
 * A FAST action tokenizer as `physical-intelligence/fast` trains one
   (`UniversalActionProcessor.fit`): a byte-level BPE (`tokenizers.ByteLevelBPETokenizer`) over
   the quantised DCT coefficients of smooth synthetic action chunks, each coefficient written as
-  `chr(q - min_token)`, the whole range of coefficients in the initial alphabet; saved as a
-  `fast_tokenizer/` folder with `processor_config.json` and `tokenizer.json`.
+  `chr(q - min_token)`, the whole range of coefficients in the initial alphabet (and, unlike the
+  reference's `fit`, the byte-level symbols of all ASCII bytes too, so a coefficient the
+  training chunks never produced still encodes, while every token still decodes to ASCII);
+  saved as a `fast_tokenizer/` folder with `processor_config.json` and `tokenizer.json`.
 """
 
 from __future__ import annotations
@@ -127,6 +129,14 @@ def quantised_dct(chunks: np.ndarray, scale: float) -> np.ndarray:
     return np.around(np.einsum("kt,ntd->nkd", basis, chunks) * scale)
 
 
+def _ascii_symbols() -> list[str]:
+    """The byte-level BPE's symbols for the bytes 0..127."""
+    from tokenizers import pre_tokenizers
+
+    level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    return [level.pre_tokenize_str(chr(b))[0][0] for b in range(128)]
+
+
 def write_fast_tokenizer(out: Path, horizon: int, dim: int, vocab_size: int) -> None:
     """A trained FAST tokenizer in `out` (processor_config.json + tokenizer files)."""
     from tokenizers import ByteLevelBPETokenizer
@@ -142,7 +152,7 @@ def write_fast_tokenizer(out: Path, horizon: int, dim: int, vocab_size: int) -> 
         min_frequency=2,
         show_progress=False,
         special_tokens=[],
-        initial_alphabet=[chr(i) for i in range(max_token - min_token + 1)],
+        initial_alphabet=[chr(i) for i in range(max_token - min_token + 1)] + _ascii_symbols(),
         max_token_length=10000,
     )
     bpe._tokenizer.train_from_iterator(strings, trainer=trainer)

@@ -105,7 +105,11 @@ class FastCodec:
             raise ValueError(f"a chunk is [{self.horizon}, {self.dim}], got {list(chunk.shape)}")
         q = np.around(dct_matrix(self.horizon) @ chunk * self.settings.scale)
         values = np.maximum(q.reshape(-1) - self.settings.min_token, 0).astype(int)
-        return list(self.bpe.encode("".join(map(chr, values))).ids)
+        text = "".join(map(chr, values))
+        tokens = list(self.bpe.encode(text).ids)
+        if self.bpe.decode(tokens, skip_special_tokens=False) != text:
+            raise ValueError("the FAST BPE cannot encode this chunk's coefficients")
+        return tokens
 
     def decode(self, tokens: list[int], relaxed: bool = False) -> np.ndarray:
         """FAST tokens -> the normalised chunk, float64 [horizon, dim]."""
