@@ -33,7 +33,7 @@ class PadResize:
 
 def pad_resize(pixels: RgbFrame, cfg: PadResize) -> np.ndarray:
     """uint8 RGB `[h, w, 3]` (or a PIL image) -> C-contiguous float32 `[3, H, W]` in [-1, 1]."""
-    image = torch.from_numpy(np.ascontiguousarray(as_pixels(pixels))).permute(2, 0, 1)
+    image = torch.from_numpy(np.array(as_pixels(pixels))).permute(2, 0, 1)  # a writable copy
     image = image.to(torch.float32)[None] / 255.0
     height, width = image.shape[-2:]
     if (height, width) != (cfg.height, cfg.width):
