@@ -68,18 +68,10 @@ class SchedulerCore:
         self.timer = StepTimer()
         self.outputs = OutputStream(sink, self.stats, sessions, cfg.stream_interval)
         self.intake = Intake(
-            cfg,
-            self.policy,
-            self.state,
-            sessions,
-            self.outputs,
-            runner.generator_for,
-            self.clock,
-            kv_tokens=kv.total_tokens,
-            context_len=context_len,
-            action_mask=action_mask,
+            cfg, self.policy, self.state, sessions, self.outputs, runner.generator_for, self.clock,
+            kv_tokens=kv.total_tokens, context_len=context_len, action_mask=action_mask,
             prefix_lm=prefix_lm,
-        )
+        )  # fmt: skip
         self.step_cost = StepCostModel()
         isolation = Isolation.from_config(cfg, self.policy, self.step_cost)
         self.builder = StepBuilder(
