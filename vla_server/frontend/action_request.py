@@ -161,8 +161,6 @@ def _num_actions(body: ActionsBody, fast: FastActionTokenizer | None) -> int:
 
 def _images(body: ActionsBody) -> list[Any]:
     """The images of a query to a model without named cameras (anything but pi0-FAST)."""
-    if isinstance(body.image_data, dict):
-        raise RequestError("this model takes a list of images, not a map", "image_data")
     for name in ("state", "relaxed_decoding"):
         if getattr(body, name):
             raise RequestError("only pi0-FAST checkpoints take this field", name)

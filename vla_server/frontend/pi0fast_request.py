@@ -3,7 +3,8 @@
 * Cameras: `image_data` as a list, one image per camera in the policy's `input_features`
   order, or a map keyed by camera name (`base_0_rgb` or `observation.images.base_0_rgb`) that
   may leave cameras out: LeRobot feeds a missing camera as a masked image, which no token
-  attends to and which advances no position, exactly as if it were not there.
+  attends to and which advances no position, exactly as if it were not there. (A map with a
+  `data` key is one raw-pixel image, as everywhere else.)
 * State: raw robot state, one float per dim of `observation.state`; normalised with the
   checkpoint's statistics and discretised into the prompt (`FastActionTokenizer.state_bins`).
 """
@@ -22,7 +23,7 @@ from vla_server.multimodal.fast_actions import FastActionTokenizer
 def camera_images(fast: FastActionTokenizer, image_data: Any) -> list[Any]:
     """The query's images in the policy's camera order (absent cameras left out)."""
     cameras = fast.spec.cameras
-    if isinstance(image_data, Mapping):
+    if isinstance(image_data, Mapping) and "data" not in image_data:
         by_name = {}
         for key, image in image_data.items():
             name = str(key).removeprefix(IMAGE_PREFIX)
