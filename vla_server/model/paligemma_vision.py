@@ -22,24 +22,12 @@ from transformers.initialization import no_init_weights
 
 from vla_server.model.config import load_model_config
 from vla_server.model.vision import module_name
+from vla_server.model.vision_spec import TOWER_KEYS
 from vla_server.model.weight_loader import (
     LLAVA_VISION_PREFIXES,
     WeightLoadError,
-    check_names_and_shapes,
+    check_module_tensors,
     load_tensors_with_prefix,
-)
-
-# Every vision_config key the tower's output depends on.
-_TOWER_KEYS = (
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_channels",
-    "image_size",
-    "patch_size",
-    "hidden_act",
-    "layer_norm_eps",
 )
 
 
@@ -48,7 +36,7 @@ def vision_spec(model_path: str | Path) -> tuple[dict[str, Any], int]:
     config = load_model_config(model_path)
     if config.vision_format != "paligemma" or config.vision_config is None:
         raise WeightLoadError(f"{model_path} has no PaliGemma vision tower")
-    return {k: config.vision_config[k] for k in _TOWER_KEYS}, config.hidden_size
+    return {k: config.vision_config[k] for k in TOWER_KEYS}, config.hidden_size
 
 
 class PaliGemmaVisionEncoder(nn.Module):
@@ -108,9 +96,7 @@ class PaliGemmaVisionEncoder(nn.Module):
             raise WeightLoadError(f"{model_path} has a different vision encoder")
         loaded = load_tensors_with_prefix(model_path, LLAVA_VISION_PREFIXES)
         tensors = {module_name(n): t for n, t in loaded.items()}
-        expected = {name: tuple(t.shape) for name, t in self.state_dict().items()}
-        found = {name: tuple(t.shape) for name, t in tensors.items()}
-        check_names_and_shapes(expected, found, "vision encoder")
+        check_module_tensors(self, tensors, "vision encoder")
         return tensors
 
     def load_weights(self, tensors: dict[str, torch.Tensor]) -> None:

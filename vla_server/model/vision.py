@@ -30,7 +30,7 @@ from vla_server.model.vision_spec import VisionSpec
 from vla_server.model.weight_loader import (
     LLAVA_VISION_PREFIXES,
     WeightLoadError,
-    check_names_and_shapes,
+    check_module_tensors,
     load_tensors_with_prefix,
 )
 
@@ -114,9 +114,7 @@ class VisionEncoder(nn.Module):
             ours = module_name(name)
             if not self._unused(ours):
                 tensors[ours] = tensor
-        expected = {name: tuple(t.shape) for name, t in self.state_dict().items()}
-        found = {name: tuple(t.shape) for name, t in tensors.items()}
-        check_names_and_shapes(expected, found, "vision encoder")
+        check_module_tensors(self, tensors, "vision encoder")
         return tensors
 
     def load_weights(self, tensors: dict[str, torch.Tensor]) -> None:

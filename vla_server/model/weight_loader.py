@@ -169,6 +169,13 @@ def check_names_and_shapes(
     )
 
 
+def check_module_tensors(module: nn.Module, tensors: dict[str, torch.Tensor], what: str) -> None:
+    """`check_names_and_shapes` of `tensors` (named as `module`'s own) against `module`."""
+    expected = {name: tuple(t.shape) for name, t in module.state_dict().items()}
+    found = {name: tuple(t.shape) for name, t in tensors.items()}
+    check_names_and_shapes(expected, found, what)
+
+
 def _decoder_shapes(files: dict[str, Path]) -> dict[str, tuple[str, tuple[int, ...]]]:
     """Plain-Llama name -> (checkpoint name, shape), read from the file headers only."""
     by_file: dict[Path, list[str]] = defaultdict(list)
