@@ -84,7 +84,8 @@ def load_model_config(model_path: str | Path) -> ModelConfig:
     path = Path(model_path)
     raw = json.loads((path / "config.json").read_text())
     hf, text, vision_format = _hf_configs(path, raw)
-    architecture = (raw.get("architectures") or [type(hf).__name__])[0]
+    # A LeRobot policy names its kind in "type" (e.g. "pi0_fast").
+    architecture = (raw.get("architectures") or [raw.get("type") or type(hf).__name__])[0]
     decoder_type = text.model_type
     if decoder_type not in _DECODER_TYPES:
         raise NotImplementedError(
