@@ -13,6 +13,7 @@ from tests.helpers.images import random_rgb
 from vla_server.bench.pi0fast_checkpoint import CAMERAS, pi0fast_model_path
 from vla_server.frontend.pi0fast_prompt import Pi0FastPrompt
 from vla_server.model.lerobot_config import LeRobotPolicySpec, lerobot_spec
+from vla_server.model.paligemma_config import paligemma_config
 from vla_server.model.tokenizer import load_tokenizer
 from vla_server.multimodal.pad_resize import PadResize, pad_resize
 from vla_server.multimodal.preprocessors import load_preprocessor
@@ -49,6 +50,17 @@ def test_the_policy_config_and_the_preprocessor_of_the_folder():
     })  # fmt: skip
     assert minimal.max_decoding_steps == 256 and minimal.fast_skip_tokens == 128
     assert minimal.chunk_size == 50 and minimal.state_dim == 0
+    real = paligemma_config(minimal)  # the named variant, as lerobot/pi0fast-base has
+    text, vision = real.text_config, real.vision_config
+    assert (text.hidden_size, text.num_hidden_layers, text.intermediate_size) == (2048, 18, 16384)
+    assert (text.num_attention_heads, text.num_key_value_heads, text.head_dim) == (8, 1, 256)
+    assert text.vocab_size == 257152 and real.image_token_id == 257152
+    assert (vision.hidden_size, vision.num_hidden_layers, vision.intermediate_size) == (
+        1152,
+        27,
+        4304,
+    )
+    assert (vision.patch_size, vision.image_size, vision.vision_use_head) == (14, 224, False)
     with pytest.raises(ValueError, match="camera"):
         LeRobotPolicySpec.from_config({"type": "pi0_fast", "output_features": {}})
 

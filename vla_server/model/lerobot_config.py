@@ -5,7 +5,8 @@ LeRobot saves its policies with a `"type"` key instead of a transformers `model_
 `PI0FastConfig` defines them (missing keys take its defaults):
 
 * `input_features`: `observation.images.<camera>` entries of type VISUAL (their order is the
-  camera order of the prompt) and `observation.state` (STATE, its shape the state dimension);
+  camera order of the prompt; LeRobot's `empty_camera_N` placeholders are always masked, so
+  they are left out) and `observation.state` (STATE, its shape the state dimension);
 * `output_features.action.shape[0]`: the action dimension a robot receives;
 * `chunk_size`, `n_action_steps`, `max_state_dim`, `max_action_dim`, `tokenizer_max_length`,
   `max_decoding_steps`, `fast_skip_tokens`, `empty_cameras`, `image_resolution`, `dtype`;
@@ -75,7 +76,9 @@ class LeRobotPolicySpec:
         cameras = tuple(
             key.removeprefix(IMAGE_PREFIX)
             for key, feature in features.items()
-            if key.startswith(IMAGE_PREFIX) and _kind(feature) == "VISUAL"
+            if key.startswith(IMAGE_PREFIX)
+            and _kind(feature) == "VISUAL"
+            and not key.startswith(IMAGE_PREFIX + "empty_camera_")
         )
         if not cameras:
             raise ValueError("config.json: input_features has no observation.images.* camera")
