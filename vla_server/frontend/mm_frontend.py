@@ -187,7 +187,8 @@ class MultimodalFrontend:
             raise RequestError(str(e), "unnorm_key") from None
         if self.fast is not None:
             assert self.fast_prompt is not None
-            return _fast_budget(self.fast, self.fast_prompt, item, context_len - prompt_len)
+            room = context_len - prompt_len
+            return _fast_budget(self.fast, self.fast_prompt, item.num_actions, room)
         limit = min(MAX_ACTIONS_PER_REQUEST, (context_len - prompt_len) // self.actions.action_dim)
         if not 1 <= item.num_actions <= limit:
             raise RequestError(
@@ -198,11 +199,12 @@ class MultimodalFrontend:
         return item.num_actions * self.actions.action_dim
 
 
-def _fast_budget(fast: FastActionTokenizer, prompt: Pi0FastPrompt, item: GenerateItem,
-                 room: int) -> int:  # fmt: skip
+def _fast_budget(
+    fast: FastActionTokenizer, prompt: Pi0FastPrompt, num_actions: int, room: int
+) -> int:
     """A FAST request's token budget: the policy's max_decoding_steps, less the "Action: "
     tokens the prompt already holds (the reference generates them), within the context."""
-    if not 1 <= item.num_actions <= fast.horizon:  # type: ignore[operator]
+    if not 1 <= num_actions <= fast.horizon:
         raise RequestError(
             f"must be in [1, {fast.horizon}] (the policy's action chunk)", "num_actions"
         )
