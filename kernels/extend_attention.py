@@ -3,7 +3,9 @@ prefix in the KV pool and causally to each other.
 
 Request i brings ``extend_lens[i]`` new tokens at rows ``extend_start_loc[i]...`` of q/k/v and
 already has ``prefix_lens[i]`` tokens in the pool, at slots ``req_to_token[req_pool_indices[i],
-:prefix_lens[i]]``.
+:prefix_lens[i]]``. With ``prefix_lm_lens`` (prefix-LM models such as PaliGemma), the first
+``prefix_lm_lens[i]`` tokens of request i form a bidirectional prefix: every token sees all of
+them, whatever its position (0: plain causal).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ def extend_attention(
     extend_start_loc: torch.Tensor,  # [batch]
     scale: float,
     *,
+    prefix_lm_lens: torch.Tensor | None = None,  # [batch], absolute
     max_extend_len: int | None = None,
     block_m: int = 64,
     block_n: int = 64,
@@ -51,14 +54,16 @@ def extend_attention(
         return out
     grid = (batch, num_q_heads, -(-max_extend_len // block_m))
     block_d = next_power_of_2(head_dim)
+    bidirectional = prefix_lm_lens if prefix_lm_lens is not None else prefix_lens  # stand-in
     kern.extend_kernel[grid](
         q, k, v, out, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens,
-        extend_lens, extend_start_loc, scale,
+        extend_lens, extend_start_loc, bidirectional, scale,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         out.stride(0), out.stride(1), k_buffer.stride(0), k_buffer.stride(1),
         v_buffer.stride(0), v_buffer.stride(1), req_to_token.stride(0),
         GROUP=num_q_heads // k_buffer.shape[1], HEAD_DIM=head_dim, BLOCK_M=block_m,
-        BLOCK_N=block_n, BLOCK_D=block_d, UPCAST=upcast_in_kernel(q.dtype),
+        BLOCK_N=block_n, BLOCK_D=block_d, HAS_PREFIX_LM=prefix_lm_lens is not None,
+        UPCAST=upcast_in_kernel(q.dtype),
         DOT_PRECISION=dot_precision(q.dtype), num_warps=4 if block_d <= 64 else 8,
         num_stages=1,
     )  # fmt: skip
@@ -77,15 +82,17 @@ def extend_attention_reference(
     extend_lens: torch.Tensor,
     extend_start_loc: torch.Tensor,
     scale: float,
+    prefix_lm_lens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Same contract as extend_attention, one request at a time in plain torch."""
     out = torch.empty_like(q)
     for i in range(req_pool_indices.shape[0]):
+        bidirectional = 0 if prefix_lm_lens is None else int(prefix_lm_lens[i])
         prefix, new = int(prefix_lens[i]), int(extend_lens[i])
         first = int(extend_start_loc[i])
         rows = slice(first, first + new)
         slots = req_to_token[int(req_pool_indices[i]), :prefix].long()
         keys = torch.cat([k_buffer[slots], k[rows].to(k_buffer.dtype)])
         values = torch.cat([v_buffer[slots], v[rows].to(v_buffer.dtype)])
-        out[rows] = dense_causal_attention(q[rows], keys, values, scale, prefix)
+        out[rows] = dense_causal_attention(q[rows], keys, values, scale, prefix, bidirectional)
     return out

@@ -44,6 +44,9 @@ class CheckPlan:
         (4, 0, 512),
         (1, 1024, 256),
     )
+    # Prefix-LM (PaliGemma / pi0-FAST: 3 cameras + prompt, all but a 3-token tail bidirectional)
+    # (batch, cached prefix, new tokens per request)
+    prefix_lm_cases: tuple[tuple[int, int, int], ...] = ((1, 0, 820), (4, 0, 820))
     norm_tokens: tuple[int, ...] = (1, 32, 2048)
     hidden: int = 4096
 
@@ -131,10 +134,15 @@ def _decode_row(plan: CheckPlan, batch: int, context: int, device, bench: Bench)
 
 
 def extend_rows(plan: CheckPlan, device: torch.device, bench: Bench) -> list[Row]:
-    return [_extend_row(plan, *case, device, bench) for case in plan.extend_cases]
+    rows = [_extend_row(plan, *case, device, bench) for case in plan.extend_cases]
+    return rows + [_extend_row(plan, *case, device, bench, 3) for case in plan.prefix_lm_cases]
 
 
-def _extend_row(plan: CheckPlan, batch: int, prefix: int, new: int, device, bench: Bench) -> Row:
+def _extend_row(
+    plan: CheckPlan, batch: int, prefix: int, new: int, device, bench: Bench, tail: int = -1
+) -> Row:
+    """One extend case; with `tail` >= 0 a prefix-LM one: all but the last `tail` tokens of each
+    request form its bidirectional prefix."""
     p = _paged(plan, batch, max(prefix, 1), device)
     tokens = batch * new
 
@@ -147,13 +155,17 @@ def _extend_row(plan: CheckPlan, batch: int, prefix: int, new: int, device, benc
     starts = torch.arange(batch, device=device) * new
     scale = plan.head_dim**-0.5
     args = (q, k, v, p.k_buffer, p.v_buffer, p.req_to_token, p.rows, prefixes, lens, starts, scale)
+    lm_len = prefix + new - tail if tail >= 0 else 0
+    lm = None if tail < 0 else torch.full((batch,), lm_len, device=device)
 
     def triton_fn() -> torch.Tensor:
-        return extend_attention(*args, max_extend_len=new)
+        return extend_attention(*args, prefix_lm_lens=lm, max_extend_len=new)
 
-    err, ok = _compare(triton_fn(), extend_attention_reference(*args))
-    # Bottom-right causal mask: new token i sees the prefix and new tokens 0..i.
+    err, ok = _compare(triton_fn(), extend_attention_reference(*args, prefix_lm_lens=lm))
+    # Bottom-right causal mask: new token i sees the prefix and new tokens 0..i (and, prefix-LM,
+    # every token of the bidirectional prefix).
     mask = torch.ones((new, prefix + new), dtype=torch.bool, device=device).tril(prefix)
+    mask[:, :lm_len] = True
 
     def sdpa(keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         def heads_first(t: torch.Tensor) -> torch.Tensor:
@@ -161,7 +173,8 @@ def _extend_row(plan: CheckPlan, batch: int, prefix: int, new: int, device, benc
 
         return F.scaled_dot_product_attention(
             heads_first(q), heads_first(keys), heads_first(values), scale=scale,
-            attn_mask=None if prefix == 0 else mask, is_causal=prefix == 0, enable_gqa=True,
+            attn_mask=None if prefix == lm_len == 0 else mask, is_causal=prefix == lm_len == 0,
+            enable_gqa=True,
         )  # fmt: skip
 
     def with_prefix(buffer: torch.Tensor, new_kv: torch.Tensor) -> torch.Tensor:
@@ -169,8 +182,9 @@ def _extend_row(plan: CheckPlan, batch: int, prefix: int, new: int, device, benc
         return torch.cat([buffer[idx], new_kv.view(batch, new, *new_kv.shape[1:])], 1).flatten(0, 1)
 
     dense_k, dense_v = with_prefix(p.k_buffer, k), with_prefix(p.v_buffer, v)
+    kind = "extend" if tail < 0 else "extend prefix-LM"
     return Row(
-        "extend", f"b={batch} prefix={prefix} new={new}", err, ok, bench(triton_fn),
+        kind, f"b={batch} prefix={prefix} new={new}", err, ok, bench(triton_fn),
         bench(lambda: sdpa(dense_k, dense_v)),
         bench(lambda: sdpa(with_prefix(p.k_buffer, k), with_prefix(p.v_buffer, v))),
     )  # fmt: skip

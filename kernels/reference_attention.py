@@ -11,8 +11,10 @@ def dense_causal_attention(
     v: torch.Tensor,  # [num_keys, num_kv_heads, head_dim]
     scale: float,
     first_query_pos: int,
+    bidirectional_prefix: int = 0,
 ) -> torch.Tensor:  # [num_queries, num_q_heads, head_dim], in q's dtype
-    """Query i sits at position first_query_pos + i and sees keys 0..first_query_pos + i.
+    """Query i sits at position first_query_pos + i and sees keys 0..first_query_pos + i, and
+    every key before `bidirectional_prefix` (a prefix-LM prefix) whatever its position.
 
     Computed in fp32 with an explicit softmax, so it shares no code with the kernels or SDPA.
     """
@@ -23,7 +25,7 @@ def dense_causal_attention(
     scores = torch.matmul(qf, kf.transpose(1, 2)) * scale  # [H, M, N]
     query_pos = first_query_pos + torch.arange(q.shape[0], device=q.device)
     key_pos = torch.arange(k.shape[0], device=q.device)
-    visible = key_pos[None, :] <= query_pos[:, None]
+    visible = (key_pos[None, :] <= query_pos[:, None]) | (key_pos[None, :] < bidirectional_prefix)
     scores = scores.masked_fill(~visible, float("-inf"))
     weights = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
     weights = weights / weights.sum(dim=-1, keepdim=True)

@@ -3,8 +3,9 @@ extend_attention.py).
 
 Program (request, q head, block of BLOCK_M new tokens): first the request's cached prefix,
 gathered from the pool through req_to_token, then its new tokens read straight from the
-contiguous k/v of this forward, under the causal mask. The new tokens never need to be in the
-pool or in req_to_token for this kernel.
+contiguous k/v of this forward, under the causal mask (widened, with HAS_PREFIX_LM, to every new
+token inside the request's bidirectional prefix). The new tokens never need to be in the pool
+or in req_to_token for this kernel.
 """
 
 from __future__ import annotations
@@ -40,11 +41,12 @@ def attend_prefix(
 @triton.jit
 def extend_kernel(
     Q, K_new, V_new, Out, K_buf, V_buf, Req_to_token, Req_pool_idx, Prefix_lens, Extend_lens,
-    Extend_start, scale,
+    Extend_start, Prefix_lm_lens, scale,
     stride_qt, stride_qh, stride_knt, stride_knh, stride_vnt, stride_vnh, stride_ot, stride_oh,
     stride_kt, stride_kh, stride_vt, stride_vh, stride_req,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BLOCK_D: tl.constexpr, HAS_PREFIX_LM: tl.constexpr, UPCAST: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
     b = tl.program_id(0)
     h = tl.program_id(1)
@@ -76,8 +78,14 @@ def extend_kernel(
         m_i, l_i, acc, scale, stride_kt, stride_kh, stride_vt, stride_vh,
         BLOCK_N, UPCAST, DOT_PRECISION,
     )  # fmt: skip
-    # New tokens past this block's last row are invisible to all of its rows.
-    new_end = tl.minimum(extend_len, (m_block + 1) * BLOCK_M)
+    # New tokens before `bidir_end` (relative to the first new token) are visible to all rows.
+    # Without HAS_PREFIX_LM the launcher passes a stand-in pointer, never read.
+    bidir_end = 0
+    if HAS_PREFIX_LM:
+        bidir_end = tl.load(Prefix_lm_lens + b) - prefix_len
+    # New tokens past this block's last row (and past the bidirectional prefix) are invisible
+    # to all of its rows.
+    new_end = tl.minimum(extend_len, tl.maximum((m_block + 1) * BLOCK_M, bidir_end))
     for n0 in range(0, new_end, BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)
         n_mask = n < new_end
@@ -86,7 +94,7 @@ def extend_kernel(
             K_new, V_new, first_tok + n, kvh, d, kv_mask,
             stride_knt, stride_knh, stride_vnt, stride_vnh,
         )  # fmt: skip
-        causal = (n[None, :] <= m[:, None]) & n_mask[None, :]
+        causal = ((n[None, :] <= m[:, None]) | (n[None, :] < bidir_end)) & n_mask[None, :]
         m_i, l_i, acc = online_softmax_block(
             q, k, v, causal, m_i, l_i, acc, scale, UPCAST, DOT_PRECISION
         )

@@ -113,7 +113,11 @@ class ServerArgs:
     default_deadline_ms: float | None = _opt(
         None, "robot default: deadline (ms) of a robot request that names none"
     )
-    openpi_action_horizon: int = _opt(1, "openpi policy endpoint: actions per reply by default")
+    openpi_action_horizon: int | None = _opt(
+        None,
+        "openpi policy endpoint: actions per reply by default (default: 1, or a pi0-FAST "
+        "checkpoint's whole chunk)",
+    )
     openpi_image_keys: list[str] = field(
         default_factory=list,
         metadata={
@@ -121,6 +125,21 @@ class ServerArgs:
         },
     )
     openpi_unnorm_key: str | None = _opt(None, "openpi policy endpoint: default unnorm key")
+    openpi_state_keys: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "openpi policy endpoint: observation keys whose values, concatenated, are the "
+            "robot state a pi0-FAST checkpoint needs (default: state, observation/state or "
+            "observation.state)"
+        },
+    )
+    pi0_prompt_convention: str = _opt(
+        "auto",
+        "pi0-FAST action prompts: LeRobot's (a second BOS closes the bidirectional prefix, "
+        "positions run on) or openpi's (lower-cased task, no second BOS, the generated tokens one "
+        "position further on); auto: the checkpoint's origin (LeRobot folders: lerobot)",
+        choices=["auto", "lerobot", "openpi"],
+    )
     watchdog_interval: float = _opt(0.2, "seconds between child liveness checks")
     watchdog_timeout: float = _opt(
         300.0,
@@ -158,6 +177,7 @@ class ServerArgs:
                     self,
                     checkpoint=ckpt,
                     openpi_image_keys=tuple(self.openpi_image_keys),
+                    openpi_state_keys=tuple(self.openpi_state_keys),
                 )
             ),
             scheduler=SchedulerConfig(**_pick(SchedulerConfig, self)),
@@ -230,9 +250,11 @@ class FrontendConfig:
     default_num_actions: int | None
     default_unnorm_key: str | None
     default_deadline_ms: float | None
-    openpi_action_horizon: int
+    openpi_action_horizon: int | None
     openpi_image_keys: tuple[str, ...]
     openpi_unnorm_key: str | None
+    openpi_state_keys: tuple[str, ...]
+    pi0_prompt_convention: str
 
 
 @dataclass(frozen=True)

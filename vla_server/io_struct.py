@@ -81,6 +81,12 @@ class TokenizedGenerateReqInput(_Msg):
     supersede: bool = False  # cancel this session's older waiting request
     session_id: str | None = None  # the robot/episode identity (no prompt rewriting)
     session_params: SessionParams | None = None
+    # Prefix-LM models (PaliGemma): the prompt's first `prefix_lm_len` tokens are attended
+    # bidirectionally; the RoPE positions of the tokens after them are shifted by
+    # `position_shift` (openpi's decode convention: 1). 0/0 for causal models.
+    prefix_lm_len: int = 0
+    position_shift: int = 0
+    relaxed_actions: bool = False  # FAST: LeRobot's pad/truncate decoding instead of an error
 
 
 class BatchTokenizedGenerateReqInput(_Msg):
@@ -256,6 +262,8 @@ class BatchTokenIDOutput(_Msg):
     wants_actions: list[bool] = []
     no_stop_trim: list[bool] = []  # per request: keep the matched stop string/token in the text
     spaces_between_special_tokens: list[bool] = []
+    action_counts: list[int] = []  # per request: actions it asked for (a FAST chunk's first n)
+    relaxed_actions: list[bool] = []  # per request: FAST pad/truncate decoding
 
 
 class BatchStrOutput(_Msg):

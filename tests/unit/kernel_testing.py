@@ -74,11 +74,18 @@ def build_paged_kv(
 
 
 def sdpa_causal(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, first_query_pos: int
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float,
+    first_query_pos: int,
+    bidirectional_prefix: int = 0,
 ) -> torch.Tensor:
-    """torch SDPA in fp32; query i sits at position first_query_pos + i. [M, H, D] layout."""
+    """torch SDPA in fp32; query i sits at position first_query_pos + i. [M, H, D] layout. Keys
+    before `bidirectional_prefix` (a prefix-LM prefix) are visible to every query."""
     query_pos = first_query_pos + torch.arange(q.shape[0])
-    visible = torch.arange(k.shape[0])[None, :] <= query_pos[:, None]
+    last_seen = query_pos.clamp(min=bidirectional_prefix - 1)
+    visible = torch.arange(k.shape[0])[None, :] <= last_seen[:, None]
     out = F.scaled_dot_product_attention(
         q.float().cpu().transpose(0, 1)[None],
         k.float().cpu().transpose(0, 1)[None],

@@ -269,6 +269,7 @@ class Harness:
         threaded: bool = False,
         action_mask: torch.Tensor | None = None,
         token_s: float = 0.0,
+        prefix_lm: bool = False,
         **cfg: Any,
     ):
         self.cfg = sched_config(**cfg)
@@ -293,6 +294,7 @@ class Harness:
             finish_checker=FinishChecker(FakeTokenizer(), {EOS}),
             context_len=context_len,
             action_mask=action_mask,
+            prefix_lm=prefix_lm,
             clock=self.clock,
             worker=self.worker,
         )

@@ -20,6 +20,7 @@ TINY = CheckPlan(
     decode_batches=(1, 3),
     decode_contexts=(9, 70),
     extend_cases=((1, 0, 9), (2, 13, 5)),
+    prefix_lm_cases=((2, 0, 11),),
     norm_tokens=(1, 3),
     hidden=96,
 )
@@ -32,11 +33,11 @@ def _run_once(fn) -> float:
 
 def test_every_check_runs_and_agrees_with_its_reference():
     rows = run_checks(TINY, DEVICE, bench=_run_once)
-    kinds = ["decode"] * 4 + ["extend"] * 2 + ["add+rmsnorm", "rotary"] * 2
+    kinds = ["decode"] * 4 + ["extend"] * 2 + ["extend prefix-LM"] + ["add+rmsnorm", "rotary"] * 2
     assert [r.kernel for r in rows] == kinds
     assert all(r.ok for r in rows), format_table(rows)
     assert all(r.triton_us == 2.0 and r.torch_us == 2.0 for r in rows)
-    assert all(r.torch_paged_us == 2.0 for r in rows if r.kernel in ("decode", "extend"))
+    assert all(r.torch_paged_us == 2.0 for r in rows if r.kernel.startswith(("decode", "extend")))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA path")

@@ -10,12 +10,19 @@ the instruction before the image (`In: <instruction>\n<image>\nOut:`), so each r
 * repeated frame, other instruction: the text before the image differs, so no prefix covers it;
   the embedding cache skips the vision tower but the image positions are prefilled.
 
+A pi0-FAST checkpoint (a LeRobot `pi0_fast` folder; `--tiny-pi0fast` builds the tiny one) puts
+its cameras first and attends the whole prompt bidirectionally, so its radix rule reuses KV only
+for an identical prompt: the repeated frame with the same prompt is a full prefix hit, with
+another instruction only the embedding cache helps; its time to first action is the time to the
+whole action chunk (FAST tokens until `|`, decoded at once; relaxed decoding, as the tiny
+model's random weights seldom end a chunk on its exact length).
+
 Ratios are repeated/new in the same run; each request's image is checked against the node's own
 counts (`/get_server_info` mm.embedding_cache.images: prefix_cache, embedding_cache,
 vision_tower). In-process, the main process's cost per 640x480 JPEG frame (base64 + decode,
 hash, resize + normalise) is timed through the same `ImagePipeline` the server uses, by stage.
 
-    python -m vla_server.bench multimodal [--rounds 20] [--model-path DIR]
+    python -m vla_server.bench multimodal [--rounds 20] [--model-path DIR | --tiny-pi0fast]
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from vla_server.bench.stream_client import StreamTiming, timed_stream
 from vla_server.config import default_torch_threads
 from vla_server.frontend import openvla_prompt
 from vla_server.metrics import MM_IMAGE_SOURCES as SOURCES
+from vla_server.model.lerobot_config import lerobot_spec
 from vla_server.model.prismatic_config import PRISMATIC_MODEL_TYPES
 from vla_server.multimodal.image_decode import as_pixels
 from vla_server.multimodal.image_hash import format_mm_hash
@@ -70,6 +78,8 @@ class Layout:
     prompt: str  # with {instruction}
     instructions: tuple[str, ...]
     cases: dict[str, tuple[int, str]]
+    cameras: int = 1  # images per request
+    extra: dict[str, Any] = field(default_factory=dict)  # more request fields
 
 
 LLAVA_LAYOUT = Layout(PROMPT, INSTRUCTIONS, CASES)
@@ -82,13 +92,31 @@ OPENVLA_LAYOUT = Layout(
 )
 
 
+def pi0fast_layout(cameras: int, state_dim: int) -> Layout:
+    """pi0-FAST: images first, then the task and a (fixed, mid-range) discretised state."""
+    state = " ".join(["128"] * state_dim)
+    return Layout(
+        "Task: {instruction}, State: " + state + ";\n",
+        ("pick up the red block", "open the drawer"),
+        {**CASES, "repeated frame, other instruction": (1, "embedding_cache")},
+        cameras,
+        {"relaxed_decoding": True},
+    )
+
+
 def layout_of(model_path: Path) -> Layout:
+    policy = lerobot_spec(model_path)
+    if policy is not None:
+        return pi0fast_layout(len(policy.cameras), policy.state_dim)
     model_type = json.loads((model_path / "config.json").read_text()).get("model_type")
     return OPENVLA_LAYOUT if model_type in PRISMATIC_MODEL_TYPES else LLAVA_LAYOUT
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-path", default=None, help="an HF LLaVA folder (default: the demo)")
+    p.add_argument(
+        "--tiny-pi0fast", action="store_true", help="the tiny LeRobot pi0-FAST checkpoint"
+    )
     p.add_argument("--rounds", type=int, default=20, help="new/repeated frame rounds (served)")
     p.add_argument("--warmup-rounds", type=int, default=3, help="served rounds not measured")
     p.add_argument("--frames", type=int, default=100, help="frames timed in-process")
@@ -179,14 +207,19 @@ async def image_sources(client: httpx.AsyncClient) -> dict[str, int]:
 
 
 def request_body(
-    frame: str, instruction: str, key: str | None, num_actions: int, prompt: str = PROMPT
+    frame: str | list[str],
+    instruction: str,
+    key: str | None,
+    num_actions: int,
+    layout: Layout = LLAVA_LAYOUT,
 ) -> dict:
     return {
-        "text": prompt.format(instruction=instruction),
+        "text": layout.prompt.format(instruction=instruction),
         "image_data": frame,
         "num_actions": num_actions,
         "unnorm_key": key,
         "sampling_params": {"temperature": 0},
+        **layout.extra,
     }
 
 
@@ -197,7 +230,11 @@ class CaseRuns:
 
 
 async def served_rounds(
-    server: ServerProcess, frames: list[str], key: str | None, num_actions: int, layout: Layout
+    server: ServerProcess,
+    frames: list[str] | list[list[str]],
+    key: str | None,
+    num_actions: int,
+    layout: Layout,
 ) -> dict[str, CaseRuns]:
     """Per frame, one stream at a time: the new frame, then the same frame twice more. The
     node's image counts are read between requests (outside the timed streams)."""
@@ -207,7 +244,7 @@ async def served_rounds(
             for case, (which, _) in layout.cases.items():
                 before = await image_sources(client)
                 instruction = layout.instructions[which]
-                body = request_body(frame, instruction, key, num_actions, layout.prompt)
+                body = request_body(frame, instruction, key, num_actions, layout)
                 out[case].timings.append(await timed_stream(client, body))
                 after = await image_sources(client)
                 for source in SOURCES:
@@ -218,12 +255,13 @@ async def served_rounds(
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from vla_server.model.demo import demo_model_path
 
-    path = Path(args.model_path) if args.model_path else demo_model_path()
+    path = _model_path(args) or demo_model_path()
     layout = layout_of(path)
     shape = (args.width, args.height, args.jpeg_quality)
     print(f"model {path}; timing {args.frames} {args.width}x{args.height} JPEG frames ...")
     costs = pipeline_costs(path, camera_frames(args.frames, *shape, seed=1))
-    frames = camera_frames(args.rounds + args.warmup_rounds, *shape, seed=2)
+    frames = _rounds(camera_frames((args.rounds + args.warmup_rounds) * layout.cameras, *shape,
+                                   seed=2), layout.cameras)  # fmt: skip
     flags = list(args.server_args)
     if args.torch_threads:
         flags += ["--torch-num-threads", str(args.torch_threads)]
@@ -241,6 +279,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         timings = {case: runs.timings for case, runs in served.items()}
         reference = reference_rounds(path, measured, key, cases, timings, threads)
     return report(args, path, layout, served, costs, reference)
+
+
+def _model_path(args: argparse.Namespace) -> Path | None:
+    if args.tiny_pi0fast:
+        from vla_server.bench.pi0fast_checkpoint import pi0fast_model_path
+
+        return pi0fast_model_path()
+    return Path(args.model_path) if args.model_path else None
+
+
+def _rounds(frames: list[str], cameras: int) -> list[str] | list[list[str]]:
+    """One request's images per round: a frame, or `cameras` of them."""
+    if cameras == 1:
+        return frames
+    return [frames[i : i + cameras] for i in range(0, len(frames), cameras)]
 
 
 def _ratio(value: float, base: float) -> float:
@@ -264,7 +317,7 @@ def case_row(case: str, runs: CaseRuns, layout: Layout = LLAVA_LAYOUT) -> dict[s
         "expected_source": expected,
         "sources": dict(runs.sources),
         "sources_as_expected": runs.sources
-        == {s: len(timings) if s == expected else 0 for s in SOURCES},
+        == {s: len(timings) * layout.cameras if s == expected else 0 for s in SOURCES},
     }
 
 

@@ -7,7 +7,8 @@ from multiprocessing.connection import Connection
 import zmq
 
 from vla_server.config import DetokenizerConfig, PortArgs
-from vla_server.detokenizer.action_detokenizer import ActionDetokenizer
+from vla_server.detokenizer.action_detokenizer import ActionDetokenizer, ActionStep
+from vla_server.detokenizer.fast_detokenizer import FastActionDetokenizer
 from vla_server.detokenizer.incremental_decode import DecodeInput, IncrementalDecoder
 from vla_server.io_struct import (
     BatchStrOutput,
@@ -19,6 +20,7 @@ from vla_server.io_struct import (
 )
 from vla_server.model.tokenizer import load_tokenizer
 from vla_server.multimodal.action_tokenizer import load_action_tokenizer
+from vla_server.multimodal.fast_actions import FastActionTokenizer
 from vla_server.process_utils import (
     IDLE_POLL_MS,
     Heartbeat,
@@ -32,8 +34,12 @@ class DetokenizerManager:
     def __init__(self, cfg: DetokenizerConfig, port_args: PortArgs):
         tokenizer = load_tokenizer(cfg.checkpoint.tokenizer_path)
         self.decoder = IncrementalDecoder(tokenizer, vocab_size=len(tokenizer))
+        actions = load_action_tokenizer(cfg.checkpoint.model_path, tokenizer)
         self.actions = ActionDetokenizer(
-            load_action_tokenizer(cfg.checkpoint.model_path, tokenizer)
+            None if isinstance(actions, FastActionTokenizer) else actions
+        )
+        self.fast = (
+            FastActionDetokenizer(actions) if isinstance(actions, FastActionTokenizer) else None
         )
         self.ctx = zmq.Context(2)
         self.recv_sock = zmq_socket(self.ctx, zmq.PULL, port_args.detokenizer_ipc_name, bind=True)
@@ -68,9 +74,7 @@ class DetokenizerManager:
         counts = [0] * len(msg.rids)
         for i, wants in enumerate(msg.wants_actions):
             if wants:
-                step = self.actions.step(
-                    msg.rids[i], out_ids[i], msg.action_keys[i], finished[i] is not None
-                )
+                step = self._action_step(msg, i, out_ids[i])
                 actions[i], counts[i] = step.actions, step.count
                 if step.error is not None:
                     finished[i] = FinishActionError(step.error)
@@ -85,6 +89,14 @@ class DetokenizerManager:
             actions=actions,
             num_actions=counts,
         )
+
+    def _action_step(self, msg: BatchTokenIDOutput, i: int, new_ids: list[int]) -> ActionStep:
+        rid, finished = msg.rids[i], msg.finished_reasons[i]
+        if self.fast is None:
+            return self.actions.step(rid, new_ids, msg.action_keys[i], finished is not None)
+        count = msg.action_counts[i] if msg.action_counts else 0
+        relaxed = bool(msg.relaxed_actions and msg.relaxed_actions[i])
+        return self.fast.step(rid, new_ids, finished, count, relaxed)
 
     @staticmethod
     def _first_flags(msg: BatchTokenIDOutput) -> list[bool]:

@@ -4,8 +4,9 @@ Shared by `POST /v1/actions` and the openpi policy WebSocket: both parse their b
 `ActionsBody` (the /v1/actions body; an openpi observation maps onto it), and `action_item` makes
 the normalised request. The prompt is the checkpoint's chat template over one user turn,
 instruction first and images last (see `instruction_messages`), or for an OpenVLA checkpoint
-OpenVLA's own prompt (`openvla_prompt`); sampling is greedy unless the caller sets a
-temperature. The query always runs as a stream inside the node, so each action's
+OpenVLA's own prompt (`openvla_prompt`), or for pi0-FAST its task-and-state prompt
+(`pi0fast_prompt`, with the cameras and state of `pi0fast_request`); sampling is greedy unless
+the caller sets a temperature. The query always runs as a stream inside the node, so each action's
 completion time is known even when the caller wants one reply.
 """
 
@@ -24,7 +25,9 @@ from vla_server.frontend.chat_prompt import chat_prompt_ids, instruction_message
 from vla_server.frontend.common import finish_error
 from vla_server.frontend.generate_request import GenerateItem, parse_sampling
 from vla_server.frontend.openvla_prompt import action_prompt
+from vla_server.frontend.pi0fast_request import camera_images, state_bins
 from vla_server.frontend.tokenizer_manager import TokenizerManager
+from vla_server.multimodal.fast_actions import FastActionTokenizer
 
 
 class ActionFailed(RuntimeError):
@@ -33,9 +36,13 @@ class ActionFailed(RuntimeError):
 
 class ActionsBody(msgspec.Struct, forbid_unknown_fields=True):
     instruction: str
-    image_data: Any = None  # one image or a list (cameras), any form POST /generate accepts
+    # One image or a list (cameras), any form POST /generate accepts; for pi0-FAST also a map
+    # keyed by camera name.
+    image_data: Any = None
     unnorm_key: str | None = None
-    num_actions: int = 1
+    num_actions: int | None = None  # None: 1, or a pi0-FAST checkpoint's whole chunk
+    state: Any = None  # raw robot state (pi0-FAST)
+    relaxed_decoding: bool = False  # pi0-FAST: LeRobot's pad/truncate decoding
     mm_hashes: Any = None
     temperature: float = 0.0
     seed: int | None = None
@@ -122,12 +129,14 @@ async def action_item(
         raise RequestError("must be a non-empty string", "instruction")
     if body.temperature < 0:
         raise RequestError("must be >= 0", "temperature")
-    given = body.image_data if isinstance(body.image_data, list) else [body.image_data]
-    images = [im for im in given if im is not None]
-    if not images:
-        raise RequestError("an action query needs at least one image", "image_data")
     assert tm.limits is not None
-    ids = await _prompt_ids(tm, body.instruction, len(images))
+    fast = tm.mm.fast
+    if fast is not None:
+        images = camera_images(fast, body.image_data)
+        ids = await _fast_prompt_ids(tm, body)
+    else:
+        images = _images(body)
+        ids = await _prompt_ids(tm, body.instruction, len(images))
     timing.prompt_ms = timing.since_start()
     return GenerateItem(
         rid=body.rid or uuid.uuid4().hex,
@@ -138,9 +147,38 @@ async def action_item(
         images=images,
         mm_hashes=body.mm_hashes,
         unnorm_key=body.unnorm_key,
-        num_actions=body.num_actions,
+        num_actions=_num_actions(body, fast),
         stream=True,
+        relaxed_decoding=body.relaxed_decoding,
     )
+
+
+def _num_actions(body: ActionsBody, fast: FastActionTokenizer | None) -> int:
+    if body.num_actions is not None:
+        return body.num_actions
+    return fast.horizon if fast is not None else 1
+
+
+def _images(body: ActionsBody) -> list[Any]:
+    """The images of a query to a model without named cameras (anything but pi0-FAST)."""
+    for name in ("state", "relaxed_decoding"):
+        if getattr(body, name):
+            raise RequestError("only pi0-FAST checkpoints take this field", name)
+    given = body.image_data if isinstance(body.image_data, list) else [body.image_data]
+    images = [im for im in given if im is not None]
+    if not images:
+        raise RequestError("an action query needs at least one image", "image_data")
+    return images
+
+
+async def _fast_prompt_ids(tm: TokenizerManager, body: ActionsBody) -> list[int]:
+    """pi0-FAST's `BOS "Task: ..., State: ...;\n"` (the node appends the action tail)."""
+    assert tm.mm.fast is not None and tm.mm.fast_prompt is not None
+    prompt = tm.mm.fast_prompt
+    text = prompt.task_text(body.instruction, state_bins(tm.mm.fast, body.state))
+    ids = await tm.text_encoder.encode(text, "instruction")
+    prompt.check_length(ids, "instruction")
+    return ids
 
 
 async def _prompt_ids(tm: TokenizerManager, instruction: str, n_images: int) -> list[int]:

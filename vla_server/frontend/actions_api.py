@@ -2,13 +2,20 @@
 
 Request (JSON; unknown fields are a 400):
     instruction: str                     the task, e.g. "pick up the red block"
-    image_data: image | [image, ...]     one per camera, any form POST /generate accepts
+    image_data: image | [image, ...]     one per camera, any form POST /generate accepts; for
+                | {camera: image}        pi0-FAST in the policy's camera order, or keyed by name
     unnorm_key: str                      the robot/dataset statistics (optional if the checkpoint
                                          has exactly one or the node has --default-unnorm-key)
-    num_actions: int = 1                 action vectors to generate
+    num_actions: int                     action vectors to return (default 1; pi0-FAST: the
+                                         whole chunk, and at most that)
+    state: [float, ...]                  pi0-FAST: the raw robot state (normalised and
+                                         discretised into the prompt by the node)
+    relaxed_decoding: bool = false       pi0-FAST: pad/truncate a chunk of the wrong length
+                                         (LeRobot) instead of failing with action_error
     mm_hashes: str | [str, ...]          optional caller image hashes (as in POST /generate)
     temperature: float = 0 (greedy), seed: int, rid: str
-    return_token_ids: bool = false       also return each action's bin token ids
+    return_token_ids: bool = false       also return the action tokens: each action's bin ids,
+                                         or pi0-FAST's FAST tokens (PaliGemma ids, in order)
     stream: bool = false
 
 Reply: {"id", "object": "actions", "model", "unnorm_key", "action_dim", "actions": [[float]*dim],
@@ -84,7 +91,8 @@ class _Reply:
             "num_actions": len(self.actions),
         }
         if self.body.return_token_ids:
-            event["action_token_ids"] = self._groups()[start:]
+            ids = self._action_token_ids()
+            event["action_token_ids"] = ids if self.tm.mm.fast is not None else ids[start:]
         if not update.finished:
             return {**event, "finish_reason": None}
         return {**event, **self._summary(update, timing)}
@@ -98,7 +106,7 @@ class _Reply:
             "num_actions": len(self.actions),
         }
         if self.body.return_token_ids:
-            out["action_token_ids"] = self._groups()
+            out["action_token_ids"] = self._action_token_ids()
         return {**out, **self._summary(last, timing)}
 
     def _summary(self, last: ActionUpdate, timing: ActionTiming) -> dict[str, Any]:
@@ -116,6 +124,14 @@ class _Reply:
             },
             "timing": timing.to_json(),
         }
+
+    def _action_token_ids(self) -> list[Any]:
+        """pi0-FAST: its FAST tokens as PaliGemma ids; else the bin ids of each action."""
+        fast = self.tm.mm.fast
+        if fast is None:
+            return self._groups()
+        band = fast.fast_ids()
+        return [t for t in self.token_ids if t in band]
 
     def _groups(self) -> list[list[int]]:
         """The bin token ids of each completed action (one action is action_dim tokens)."""

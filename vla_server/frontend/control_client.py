@@ -30,6 +30,7 @@ from vla_server.io_struct import (
     rpc_reply_decoder,
 )
 from vla_server.multimodal.action_tokenizer import ActionTokenizer
+from vla_server.multimodal.fast_actions import FastActionTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class ControlClient:
         *,
         before_call: Callable[[], None],
         abort_all: Callable[[], None],
-        actions: Callable[[], ActionTokenizer | None],
+        actions: Callable[[], ActionTokenizer | FastActionTokenizer | None],
     ):
         self.sock = sock
         self.gate = gate

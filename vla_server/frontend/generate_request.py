@@ -63,6 +63,7 @@ class GenerateItem:
     supersede: bool = False  # a newer request of the session cancels its older waiting one
     session_id: str | None = None
     session_params: SessionParams | None = None
+    relaxed_decoding: bool = False  # pi0-FAST: LeRobot's pad/truncate decoding, not an error
 
     def __post_init__(self) -> None:
         if self.logprob_start_len < -1:
@@ -148,6 +149,7 @@ class GenerateReqInput(msgspec.Struct, forbid_unknown_fields=True, omit_defaults
     supersede: bool = False
     session_id: str | None = None
     session_params: SessionParams | None = None
+    relaxed_decoding: bool = False
 
 
 MAX_BATCH_ITEMS = 512

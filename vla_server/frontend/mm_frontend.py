@@ -1,5 +1,6 @@
 """The main process's multimodal work for one request: images (decoded, hashed and preprocessed
-in a thread pool, off the event loop), placeholder expansion, and the action-request checks."""
+in a thread pool, off the event loop), placeholder expansion, the action-request checks, and a
+prefix-LM model's (PaliGemma's) bidirectional prefix."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from vla_server.config import FrontendConfig
 from vla_server.errors import RequestError
 from vla_server.frontend import openvla_prompt
 from vla_server.frontend.generate_request import GenerateItem
+from vla_server.frontend.pi0fast_prompt import Pi0FastPrompt
 from vla_server.io_struct import MMItem, Tensor
-from vla_server.multimodal.action_tokenizer import ActionDecodeError, load_action_tokenizer
+from vla_server.multimodal.action_tokenizer import load_action_tokenizer
+from vla_server.multimodal.fast_actions import FastActionTokenizer
 from vla_server.multimodal.image_errors import ImageInputError
 from vla_server.multimodal.image_hash import format_mm_hash
 from vla_server.multimodal.image_input import MediaPolicy
@@ -33,6 +36,9 @@ class MultimodalFrontend:
         self.tokens_per_image: int = info.get("num_image_tokens") or 0
         self.vocab_size: int = info["vocab_size"]
         self.bos_token_id = tokenizer.bos_token_id
+        # PaliGemma: the images come first (before BOS), and the prompt is a bidirectional prefix.
+        self.paligemma = info.get("vision_format") == "paligemma"
+        self.prefix_lm = bool(info.get("prefix_lm"))
         # OpenVLA (Prismatic layout): no placeholder token, one image right after BOS.
         self.openvla = info.get("vision_format") == "prismatic"
         self.image_token = openvla_prompt.PLACEHOLDER if self.openvla else None
@@ -51,6 +57,13 @@ class MultimodalFrontend:
             cache = PixelCache(cache_bytes) if cache_bytes > 0 else None
             self.pipeline = ImagePipeline(policy, load_preprocessor(path), cache)
         self.actions = load_action_tokenizer(path, tokenizer)
+        self.fast: FastActionTokenizer | None = None
+        self.fast_prompt: Pi0FastPrompt | None = None
+        if isinstance(self.actions, FastActionTokenizer):
+            self.fast = self.actions
+            self.fast_prompt = Pi0FastPrompt.create(
+                tokenizer, config.pi0_prompt_convention, self.fast.spec.tokenizer_max_length
+            )
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="vla-mm")
 
     def describe(self) -> dict[str, Any]:
@@ -62,7 +75,9 @@ class MultimodalFrontend:
             out["preprocess_digest"] = self.pipeline.preprocess_digest.hex()
             if self.pipeline.cache is not None:
                 out["pixel_cache"] = self.pipeline.cache.stats()
-        if self.actions is not None:
+        if self.fast is not None:
+            out["actions"] = self.fast.describe()
+        elif self.actions is not None:
             out["actions"] = {
                 "action_dim": self.actions.action_dim,
                 "n_bins": self.actions.n_bins,
@@ -110,7 +125,7 @@ class MultimodalFrontend:
         except ImageInputError as e:
             where = e.field if e.index is None else f"{e.field}[{e.index}]"
             raise RequestError(str(e), where) from None
-        insert_at = 1 if ids and ids[0] == self.bos_token_id else 0
+        insert_at = 1 if ids and ids[0] == self.bos_token_id and not self.paligemma else 0
         try:
             expanded, spans = expand_image_placeholders(
                 ids,
@@ -135,11 +150,27 @@ class MultimodalFrontend:
         return openvla_prompt.drop_placeholder(text) if self.openvla else text
 
     def action_prompt_ids(self, ids: list[int]) -> list[int]:
-        """An action request's prompt: OpenVLA's ends with the empty token, as predict_action's."""
+        """An action request's prompt: OpenVLA's ends with the empty token, as predict_action's;
+        pi0-FAST's with its convention's tail (`Pi0FastPrompt.action_tail`)."""
+        if self.fast_prompt is not None:
+            return [*ids, *self.fast_prompt.action_tail()]
         suffix = self.action_suffix_id
         if suffix is None or (ids and ids[-1] == suffix):
             return ids
         return [*ids, suffix]
+
+    def prefix_layout(self, item: GenerateItem, prompt_len: int) -> tuple[int, int]:
+        """(bidirectional prefix length, RoPE shift after it) of a prompt of `prompt_len` tokens:
+        a prefix-LM model's whole prompt, but for a pi0-FAST action prompt's causal tail."""
+        if not self.prefix_lm:
+            return 0, 0
+        if item.num_actions and self.fast_prompt is not None:
+            return prompt_len - self.fast_prompt.causal_tokens, self.fast_prompt.position_shift
+        return prompt_len, 0
+
+    def action_stop_ids(self) -> list[int]:
+        """Token ids that end an action request: FAST's `|` (bins end by count)."""
+        return list(self.fast.end_ids) if self.fast is not None else []
 
     def action_tokens(self, item: GenerateItem, prompt_len: int, context_len: int) -> int:
         """New tokens an action request needs (0 for a plain request); raises for bad input."""
@@ -152,8 +183,12 @@ class MultimodalFrontend:
         _check_no_stop(item)
         try:
             self.actions.resolve_unnorm_key(item.unnorm_key)
-        except ActionDecodeError as e:
+        except ValueError as e:
             raise RequestError(str(e), "unnorm_key") from None
+        if self.fast is not None:
+            assert self.fast_prompt is not None
+            room = context_len - prompt_len
+            return _fast_budget(self.fast, self.fast_prompt, item.num_actions, room)
         limit = min(MAX_ACTIONS_PER_REQUEST, (context_len - prompt_len) // self.actions.action_dim)
         if not 1 <= item.num_actions <= limit:
             raise RequestError(
@@ -162,6 +197,21 @@ class MultimodalFrontend:
                 "num_actions",
             )
         return item.num_actions * self.actions.action_dim
+
+
+def _fast_budget(
+    fast: FastActionTokenizer, prompt: Pi0FastPrompt, num_actions: int, room: int
+) -> int:
+    """A FAST request's token budget: the policy's max_decoding_steps, less the "Action: "
+    tokens the prompt already holds (the reference generates them), within the context."""
+    if not 1 <= num_actions <= fast.horizon:
+        raise RequestError(
+            f"must be in [1, {fast.horizon}] (the policy's action chunk)", "num_actions"
+        )
+    budget = min(fast.spec.max_decoding_steps - prompt.causal_tokens, room)
+    if budget < 1:
+        raise RequestError("the prompt leaves no room for action tokens", "num_actions")
+    return budget
 
 
 def _check_no_stop(item: GenerateItem) -> None:

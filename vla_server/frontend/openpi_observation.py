@@ -9,16 +9,22 @@ An observation is the dict an openpi client sends (`WebsocketClientPolicy.infer(
   path contains "image" (`observation/image`, `observation/wrist_image`,
   `observation/exterior_image_1_left`, `images/cam_high`, ...), in the observation's order.
   Nested dicts are addressed with "/": `{"images": {"cam_high": a}}` is `images/cam_high`;
-* optional per request: `unnorm_key` (str), `num_actions` (int, the horizon), `mm_hashes`.
+* optional per request: `unnorm_key` (str), `num_actions` (int, the horizon), `mm_hashes`,
+  and for pi0-FAST `relaxed_decoding` (bool).
 
-Everything else (`state`, `observation/joint_position`, ...) is accepted and ignored: LLaVA-style
-VLAs condition on images and text only.
+For a pi0-FAST checkpoint the images are matched to the policy's cameras by name when the
+observation's keys end in them (`observation/base_0_rgb`, `images/base_0_rgb`,
+`observation.images.base_0_rgb`; cameras it lacks are left out, as LeRobot masks them), else
+taken in order as above; and the robot state is read: the values under `--openpi-state-keys`,
+concatenated, or by default the first of `state`, `observation/state`, `observation.state`.
+For other checkpoints everything else (`state`, `observation/joint_position`, ...) is accepted
+and ignored: LLaVA-style VLAs condition on images and text only.
 
 Settings, flags of `vla-server serve`:
 
 * `--openpi-image-keys`: comma-separated image keys in camera order (default: auto, as above);
 * `--openpi-action-horizon`: actions per reply when the observation gives no `num_actions`
-  (default 1, one OpenVLA-style step);
+  (default 1, one OpenVLA-style step; a pi0-FAST checkpoint's whole chunk);
 * `--openpi-unnorm-key`: the statistics key when the observation gives no `unnorm_key`
   (default none: fine for a checkpoint with a single key).
 """
@@ -34,22 +40,26 @@ import numpy as np
 from vla_server.config import FrontendConfig
 from vla_server.errors import RequestError
 from vla_server.frontend.action_request import ActionsBody
+from vla_server.multimodal.fast_actions import FastActionTokenizer
+
+DEFAULT_STATE_KEYS = ("state", "observation/state", "observation.state")
 
 
 @dataclass(frozen=True)
 class OpenpiConfig:
     image_keys: tuple[str, ...] = ()  # empty: auto-detect
-    action_horizon: int = 1
+    action_horizon: int | None = None  # None: 1, or a pi0-FAST checkpoint's chunk
     unnorm_key: str | None = None
+    state_keys: tuple[str, ...] = ()  # empty: DEFAULT_STATE_KEYS
 
     @classmethod
     def from_config(cls, config: FrontendConfig) -> OpenpiConfig:
-        if config.openpi_action_horizon < 1:
-            raise ValueError(
-                f"--openpi-action-horizon must be >= 1, not {config.openpi_action_horizon}"
-            )
+        horizon = config.openpi_action_horizon
+        if horizon is not None and horizon < 1:
+            raise ValueError(f"--openpi-action-horizon must be >= 1, not {horizon}")
         keys = tuple(k.strip() for k in config.openpi_image_keys if k.strip())
-        return cls(keys, config.openpi_action_horizon, config.openpi_unnorm_key)
+        states = tuple(k.strip() for k in config.openpi_state_keys if k.strip())
+        return cls(keys, horizon, config.openpi_unnorm_key, states)
 
 
 def _flatten(obs: Mapping[Any, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -111,22 +121,56 @@ def _optional(obs: Mapping[str, Any], key: str, kind: type, default: Any) -> Any
         return value
     if isinstance(value, np.generic):
         value = value.item()
-    if not isinstance(value, kind) or isinstance(value, bool):
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
         raise RequestError(f"must be a {kind.__name__}", key)
     return value
 
 
-def observation_body(obs: Any, cfg: OpenpiConfig) -> ActionsBody:
+def observation_body(
+    obs: Any, cfg: OpenpiConfig, fast: FastActionTokenizer | None = None
+) -> ActionsBody:
     """The action query an observation asks for (greedy, as openpi's policies act)."""
     if not isinstance(obs, Mapping):
         raise RequestError("the observation must be a msgpack map", "observation")
     prompt = obs.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         raise RequestError("the observation needs a non-empty string 'prompt'", "prompt")
-    return ActionsBody(
+    flat = dict(_flatten(obs))
+    body = ActionsBody(
         instruction=prompt,
-        image_data=_images(dict(_flatten(obs)), cfg),
+        image_data=_images(flat, cfg) if fast is None else _camera_images(flat, cfg, fast),
         unnorm_key=_optional(obs, "unnorm_key", str, cfg.unnorm_key),
         num_actions=_optional(obs, "num_actions", int, cfg.action_horizon),
         mm_hashes=obs.get("mm_hashes"),
     )
+    if fast is not None:
+        body.state = _state(flat, cfg, fast)
+        body.relaxed_decoding = _optional(obs, "relaxed_decoding", bool, False)
+    return body
+
+
+def _camera_images(
+    flat: dict[str, Any], cfg: OpenpiConfig, fast: FastActionTokenizer
+) -> dict[str, np.ndarray] | list[np.ndarray]:
+    """pi0-FAST's cameras by name when the observation's keys end in them, else in order."""
+    cameras = set(fast.spec.cameras)
+    named = {}
+    for key, value in flat.items():
+        name = key.replace(".", "/").rsplit("/", 1)[-1]
+        if name in cameras and isinstance(value, np.ndarray):
+            named[name] = to_rgb_uint8(value, key)
+    return named or _images(flat, cfg)
+
+
+def _state(flat: dict[str, Any], cfg: OpenpiConfig, fast: FastActionTokenizer) -> Any:
+    if not fast.spec.state_dim:
+        return None
+    keys = cfg.state_keys or next(([k] for k in DEFAULT_STATE_KEYS if k in flat), [])
+    missing = [k for k in keys if k not in flat] or ([] if keys else ["state"])
+    if missing:
+        raise RequestError(f"the observation has no robot state under {missing[0]!r}", missing[0])
+    try:
+        values = np.concatenate([np.asarray(flat[k], dtype=np.float64).reshape(-1) for k in keys])
+    except (TypeError, ValueError):
+        raise RequestError("the robot state must be numbers", keys[0]) from None
+    return values.tolist()

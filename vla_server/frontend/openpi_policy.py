@@ -5,7 +5,8 @@ connects to `ws://host:port` -- the root path -- so the route is `/` on the same
 Protocol, as openpi's `WebsocketPolicyServer`:
 
 1. on connect the server sends a msgpack-numpy map of metadata (model, action_dim,
-   action_horizon, unnorm_keys, unnorm_key, image_keys, uses_state);
+   action_horizon, unnorm_keys, unnorm_key, image_keys, uses_state; for pi0-FAST also cameras
+   and state_dim);
 2. then, for each binary frame from the client (an observation, see `openpi_observation`), one
    binary frame back: `{"actions": float64 [horizon, action_dim], "server_timing": {"infer_ms",
    "prev_total_ms" (the previous round trip, from the second reply on)}, "policy_timing":
@@ -53,17 +54,22 @@ INTERNAL_REASON = "Internal server error. Reason included in previous frame."
 
 
 def _metadata(node: NodeHandle, cfg: OpenpiConfig) -> dict[str, Any]:
-    actions = node.tokenizer_manager.mm.actions
-    return {
+    mm = node.tokenizer_manager.mm
+    actions, fast = mm.actions, mm.fast
+    meta = {
         "server": "vla-server",
         "model": served_model_id(node.config),
         "action_dim": actions.action_dim if actions else None,
-        "action_horizon": cfg.action_horizon,
+        "action_horizon": cfg.action_horizon or (fast.horizon if fast else 1),
         "unnorm_keys": actions.unnorm_keys() if actions else [],
         "unnorm_key": cfg.unnorm_key,
         "image_keys": list(cfg.image_keys) or "auto",
-        "uses_state": False,
+        "uses_state": fast is not None and fast.spec.state_dim > 0,
     }
+    if fast is not None:
+        meta["cameras"] = list(fast.spec.cameras)
+        meta["state_dim"] = fast.spec.state_dim
+    return meta
 
 
 async def _infer(tm: TokenizerManager, body: ActionsBody) -> dict[str, Any]:
@@ -72,7 +78,8 @@ async def _infer(tm: TokenizerManager, body: ActionsBody) -> dict[str, Any]:
     item = await action_item(tm, body, timing)
     async for update in stream_actions(tm, item, timing):
         actions += update.actions
-        if update.finished and update.meta["finish_reason"]["type"] != "length":
+        # A chunk ends at its token budget, or (pi0-FAST) at `|`: anything else is early.
+        if update.finished and update.meta["finish_reason"]["type"] not in ("length", "stop"):
             raise ActionFailed(f"the query ended early: {update.meta['finish_reason']}")
     return {"actions": np.asarray(actions, dtype=np.float64), "policy_timing": timing.to_json()}
 
@@ -82,7 +89,7 @@ async def _reply(tm: TokenizerManager, cfg: OpenpiConfig, frame: bytes) -> dict[
         obs = unpack(frame)
     except WireFormatError as e:
         raise RequestError(str(e), "observation") from None
-    return await _infer(tm, observation_body(obs, cfg))
+    return await _infer(tm, observation_body(obs, cfg, tm.mm.fast))
 
 
 async def _fail(ws: WebSocket, message: str, code: int, reason: str) -> None:

@@ -307,6 +307,8 @@ class TokenizerManager:
         action_tokens = self.mm.action_tokens(item, len(ids), self.limits.context_len)
         if action_tokens:
             item.sampling_params.max_new_tokens = action_tokens
+            item.sampling_params.stop_token_ids = self.mm.action_stop_ids()
+        prefix_lm_len, position_shift = self.mm.prefix_layout(item, len(ids))
         if item.logprob_start_len >= len(ids):
             raise RequestError(
                 f"must be smaller than the prompt length {len(ids)}", field="logprob_start_len"
@@ -331,6 +333,9 @@ class TokenizerManager:
             supersede=item.supersede,
             session_id=item.session_id,
             session_params=item.session_params,
+            prefix_lm_len=prefix_lm_len,
+            position_shift=position_shift,
+            relaxed_actions=item.relaxed_decoding,
         )
 
     async def _prompt_ids(self, item: GenerateItem) -> tuple[list[int], Tensor | None, str]:

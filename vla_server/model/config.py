@@ -14,17 +14,21 @@ from typing import Any
 
 import torch
 
+from vla_server.model.lerobot_config import LeRobotPolicySpec, read_lerobot_config
+from vla_server.model.paligemma_config import paligemma_config
 from vla_server.model.prismatic_config import PRISMATIC_MODEL_TYPES
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
-_DECODER_TYPES = ("llama", "qwen2")
+_DECODER_TYPES = ("llama", "qwen2", "gemma")
+# MLP activations by config name: SiLU (Llama, Qwen2), tanh-approximate GELU (Gemma).
+_ACTIVATIONS = ("silu", "gelu_pytorch_tanh")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass(frozen=True)
 class ModelConfig:
     architecture: str  # e.g. "LlamaForCausalLM", "LlavaForConditionalGeneration"
-    decoder_type: str  # "llama" or "qwen2"
+    decoder_type: str  # "llama", "qwen2" or "gemma"
     vocab_size: int
     hidden_size: int
     intermediate_size: int
@@ -43,8 +47,17 @@ class ModelConfig:
     eos_token_ids: tuple[int, ...]
     dtype: torch.dtype
     is_multimodal: bool = False
-    # "llava" or "prismatic" (OpenVLA): which vision encoder and image layout; None: text only.
+    # "llava", "prismatic" (OpenVLA) or "paligemma" (pi-family policies): which vision encoder
+    # and image layout; None: text only.
     vision_format: str | None = None
+    # Gemma's differences from Llama: the GeGLU activation, RMSNorm scaling by (1 + w) in
+    # float32, and token embeddings scaled by sqrt(hidden_size) (image embeddings are not).
+    hidden_act: str = "silu"
+    norm_unit_offset: bool = False
+    embed_scale: float = 1.0
+    # PaliGemma: each request's prompt prefix is attended bidirectionally (prefix-LM); its
+    # cached K/V are only reusable for an identical prefix.
+    prefix_lm: bool = False
     image_token_id: int | None = None
     # The vision tower's config.json section, for the vision loader (None for text-only models).
     vision_config: dict[str, Any] | None = None
@@ -71,7 +84,8 @@ def load_model_config(model_path: str | Path) -> ModelConfig:
     path = Path(model_path)
     raw = json.loads((path / "config.json").read_text())
     hf, text, vision_format = _hf_configs(path, raw)
-    architecture = (raw.get("architectures") or [type(hf).__name__])[0]
+    # A LeRobot policy names its kind in "type" (e.g. "pi0_fast").
+    architecture = (raw.get("architectures") or [raw.get("type") or type(hf).__name__])[0]
     decoder_type = text.model_type
     if decoder_type not in _DECODER_TYPES:
         raise NotImplementedError(
@@ -81,6 +95,7 @@ def load_model_config(model_path: str | Path) -> ModelConfig:
     _check_supported(text)
     is_multimodal = vision_format is not None
     rope = _rope_parameters(text)
+    gemma = decoder_type == "gemma"
     return ModelConfig(
         architecture=architecture,
         decoder_type=decoder_type,
@@ -98,27 +113,43 @@ def load_model_config(model_path: str | Path) -> ModelConfig:
         tie_word_embeddings=bool(hf.tie_word_embeddings),
         qkv_bias=decoder_type == "qwen2" or bool(getattr(text, "attention_bias", False)),
         o_bias=decoder_type == "llama" and bool(getattr(text, "attention_bias", False)),
-        eos_token_ids=_eos_token_ids(path, raw),
+        eos_token_ids=_eos_token_ids(path, raw, text if vision_format == "paligemma" else None),
         dtype=_config_dtype(raw),
         is_multimodal=is_multimodal,
         vision_format=vision_format,
         image_token_id=getattr(hf, "image_token_id", None) if is_multimodal else None,
-        vision_config=raw.get("vision_config") if vision_format == "llava" else None,
+        vision_config=_vision_config(hf, raw, vision_format),
+        hidden_act=getattr(text, "hidden_act", "silu"),
+        norm_unit_offset=gemma,
+        embed_scale=float(text.hidden_size) ** 0.5 if gemma else 1.0,
+        prefix_lm=vision_format == "paligemma",
         raw=raw,
     )
+
+
+def _vision_config(hf: Any, raw: dict[str, Any], vision_format: str | None) -> Any:
+    if vision_format == "llava":
+        return raw.get("vision_config")
+    if vision_format == "paligemma":
+        return hf.vision_config.to_dict()
+    return None
 
 
 def _hf_configs(path: Path, raw: dict[str, Any]) -> tuple[Any, Any, str | None]:
     """(top-level config, decoder config, vision format) parsed by `transformers`' classes.
 
     A Prismatic/OpenVLA folder names remote code in `auto_map`; it is never run: the decoder's
-    `text_config` is parsed by the `transformers` class of its own `model_type`.
+    `text_config` is parsed by the `transformers` class of its own `model_type`. A LeRobot
+    pi-family folder (`"type"` instead of `model_type`) describes a PaliGemma backbone.
     """
     from transformers import AutoConfig
 
     if raw.get("model_type") in PRISMATIC_MODEL_TYPES:
         text = prismatic_text_config(raw)
         return text, text, "prismatic"
+    if read_lerobot_config(path) is not None:
+        hf = paligemma_config(LeRobotPolicySpec.from_config(raw))
+        return hf, hf.text_config, "paligemma"
     hf = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
     text = getattr(hf, "text_config", None)
     return hf, text or hf, None if text is None else "llava"
@@ -137,8 +168,11 @@ def prismatic_text_config(raw: dict[str, Any]) -> Any:
 
 
 def _check_supported(text: Any) -> None:
-    if getattr(text, "hidden_act", "silu") != "silu":
-        raise NotImplementedError(f"hidden_act {text.hidden_act!r} is not supported (only silu)")
+    act = getattr(text, "hidden_act", "silu")
+    if act not in _ACTIVATIONS:
+        raise NotImplementedError(
+            f"hidden_act {act!r} is not supported ({', '.join(_ACTIVATIONS)})"
+        )
     if getattr(text, "mlp_bias", False):
         raise NotImplementedError("mlp_bias=True is not supported")
     layer_types = getattr(text, "layer_types", None) or []
@@ -160,8 +194,12 @@ def _rope_parameters(text: Any) -> dict[str, Any]:
     return rope
 
 
-def _eos_token_ids(path: Path, raw: dict[str, Any]) -> tuple[int, ...]:
+def _eos_token_ids(path: Path, raw: dict[str, Any], text: Any = None) -> tuple[int, ...]:
+    """EOS ids from config.json, its text_config, generation_config.json and (a LeRobot
+    folder, whose config.json has none) the parsed decoder config `text`."""
     sources = [raw, raw.get("text_config") or {}]
+    if text is not None:
+        sources.append({"eos_token_id": text.eos_token_id})
     gen_path = path / "generation_config.json"
     if gen_path.exists():
         sources.append(json.loads(gen_path.read_text()))

@@ -3,6 +3,11 @@
 A batch is a list of requests; request ``i`` already has ``prefix_lens[i]`` tokens in the KV pool
 and brings ``extend_lens[i]`` new tokens (1 for a decoding request). The new tokens of all
 requests are concatenated into one ragged token axis of length ``num_tokens``.
+
+A prefix-LM request (PaliGemma) also has a bidirectional prefix of ``prefix_lm_lens[i]`` tokens:
+a token at position p sees every token before ``max(p + 1, prefix_lm_lens[i])``. Its tokens
+after that prefix may sit one or more RoPE positions further on (openpi's decode convention),
+which ``positions`` already includes.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ class ForwardBatch:
     batch_size: int
     # [num_tokens] new token ids; image/embedding positions may hold pad ids (see input_embeds)
     input_ids: torch.Tensor
-    # [num_tokens] absolute position of each new token in its request's sequence
+    # [num_tokens] RoPE position of each new token (its index in the request's sequence, plus
+    # the request's position shift past a prefix-LM prefix)
     positions: torch.Tensor
     # [batch_size] rows of ReqToTokenPool.req_to_token
     req_pool_indices: torch.Tensor
@@ -46,6 +52,10 @@ class ForwardBatch:
     # input_embeds_mask is True (caller embeddings, projected image features).
     input_embeds: torch.Tensor | None = None
     input_embeds_mask: torch.Tensor | None = None
+    # [batch_size] bidirectional prefix length per request (0: causal); None when the batch has
+    # no prefix-LM request. The attention backends read them.
+    prefix_lm_lens: torch.Tensor | None = None
+    prefix_lm_lens_cpu: list[int] | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -1,4 +1,4 @@
-"""Small building blocks of the decoder: weights without autograd, RMSNorm."""
+"""Small building blocks of the decoder: weights without autograd, RMSNorm (Llama and Gemma)."""
 
 from __future__ import annotations
 
@@ -24,3 +24,13 @@ class RMSNorm(nn.Module):
         x32 = x.to(torch.float32)
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x32.to(x.dtype)
+
+
+class UnitOffsetRMSNorm(RMSNorm):
+    """Gemma's RMSNorm: `x * rsqrt(mean(x^2) + eps) * (1 + w)`, all in float32, then cast back
+    (the weight is stored as an offset from 1, and the reference scales before the cast)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.to(torch.float32)
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (x32 * (1.0 + self.weight.to(torch.float32))).to(x.dtype)

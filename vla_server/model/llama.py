@@ -1,4 +1,10 @@
-"""Llama-family decoder (Llama, Qwen2, and the language model inside LLaVA) over the paged KV pool.
+"""Llama-family decoder (Llama, Qwen2, Gemma, and the language models inside LLaVA and PaliGemma)
+over the paged KV pool.
+
+Gemma differs in three places, read from the config: the MLP's activation (tanh-approximate
+GELU), RMSNorm's `(1 + w)` scaling in float32 (`UnitOffsetRMSNorm`), and token embeddings
+scaled by sqrt(hidden_size) in the model dtype, as transformers' `GemmaTextScaledWordEmbedding`
+does; caller and image embeddings replace token embeddings after that scaling, unscaled.
 
 Attention goes through an `AttentionBackend`, which owns the KV cache; this module only does
 the per-token math on the ragged token axis of a `ForwardBatch`. The q/k/v projections and the
@@ -15,11 +21,20 @@ from torch import nn
 from vla_server.model.attention.base import AttentionBackend
 from vla_server.model.config import ModelConfig
 from vla_server.model.forward_batch import ForwardBatch
-from vla_server.model.layers import RMSNorm, empty_weight
+from vla_server.model.layers import RMSNorm, UnitOffsetRMSNorm, empty_weight
 from vla_server.model.rotary import RotaryEmbedding, apply_rotary
 
 # our parameter name -> [(checkpoint tensor name, shape), ...] concatenated along dim 0
 WeightSources = dict[str, list[tuple[str, tuple[int, ...]]]]
+_ACTIVATIONS = {
+    "silu": F.silu,
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+}
+
+
+def rms_norm(config: ModelConfig, dtype: torch.dtype, device: str) -> RMSNorm:
+    norm = UnitOffsetRMSNorm if config.norm_unit_offset else RMSNorm
+    return norm(config.hidden_size, config.rms_norm_eps, dtype, device)
 
 
 class Linear(nn.Module):
@@ -78,19 +93,19 @@ class LlamaMLP(nn.Module):
         hidden, inter = config.hidden_size, config.intermediate_size
         self.gate_up_proj = Linear(hidden, 2 * inter, False, dtype, device)
         self.down_proj = Linear(inter, hidden, False, dtype, device)
+        self.act = _ACTIVATIONS[config.hidden_act]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(self.act(gate) * up)
 
 
 class LlamaDecoderLayer(nn.Module):
     def __init__(self, config: ModelConfig, layer_id: int, dtype: torch.dtype, device: str):
         super().__init__()
-        eps = config.rms_norm_eps
-        self.input_layernorm = RMSNorm(config.hidden_size, eps, dtype, device)
+        self.input_layernorm = rms_norm(config, dtype, device)
         self.self_attn = LlamaAttention(config, layer_id, dtype, device)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps, dtype, device)
+        self.post_attention_layernorm = rms_norm(config, dtype, device)
         self.mlp = LlamaMLP(config, dtype, device)
 
     def forward(
@@ -121,7 +136,7 @@ class LlamaForCausalLM(nn.Module):
         self.layers = nn.ModuleList(
             LlamaDecoderLayer(config, i, dtype, device) for i in range(config.num_layers)
         )
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype, device)
+        self.norm = rms_norm(config, dtype, device)
         self.lm_head = Linear(config.hidden_size, config.vocab_size, False, dtype, device)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
@@ -150,13 +165,20 @@ class LlamaForCausalLM(nn.Module):
         """
         mask = batch.input_embeds_mask
         if batch.input_embeds is None or mask is None:
-            return self.embed_tokens(batch.input_ids)
+            return self.embed_ids(batch.input_ids)
         # Masked positions may hold pad ids outside the vocabulary (image hashes).
-        h = self.embed_tokens(batch.input_ids.masked_fill(mask, 0))
+        h = self.embed_ids(batch.input_ids.masked_fill(mask, 0))
         embeds = batch.input_embeds.to(h.dtype)
         if embeds.shape[0] == h.shape[0]:
             return torch.where(mask[:, None], embeds, h)
         h[mask] = embeds
+        return h
+
+    def embed_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.embed_tokens(ids)
+        if self.config.embed_scale != 1.0:
+            # Rounded to float32, then to the model dtype, as the reference does.
+            h = h * torch.tensor(self.config.embed_scale, dtype=torch.float32).to(h.dtype)
         return h
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -23,6 +23,7 @@ from vla_server.model.attention.registry import create_attention_backend
 from vla_server.model.config import ModelConfig, load_model_config, parse_dtype
 from vla_server.model.forward_batch import ForwardBatch, ForwardMode
 from vla_server.model.llama import LlamaForCausalLM
+from vla_server.model.paligemma_vision import PaliGemmaVisionEncoder
 from vla_server.model.prismatic_vision import PrismaticVisionEncoder
 from vla_server.model.sampling import Logprobs, SamplingBatchInfo, compute_logprobs, sample
 from vla_server.model.vision import VisionEncoder
@@ -32,7 +33,12 @@ logger = logging.getLogger(__name__)
 
 # Spare request rows beyond max_running_requests, for requests being admitted or retracted.
 REQ_POOL_SPARE_ROWS = 4
-VISION_ENCODERS = {"llava": VisionEncoder, "prismatic": PrismaticVisionEncoder}
+VisionEncoders = VisionEncoder | PrismaticVisionEncoder | PaliGemmaVisionEncoder
+VISION_ENCODERS: dict[str, type[VisionEncoders]] = {
+    "llava": VisionEncoder,
+    "prismatic": PrismaticVisionEncoder,
+    "paligemma": PaliGemmaVisionEncoder,
+}
 # Share of the memory that is free after the weights are loaded which goes to the KV pool.
 DEFAULT_MEM_FRACTION = {"cpu": 0.25, "cuda": 0.85}
 
@@ -72,12 +78,16 @@ class ModelRunner:
         self.context_len = context_len or self.config.context_len
         self.max_running_requests = max_running_requests
         self.progress = progress
+        # One position to spare: openpi's convention shifts the tokens after a prefix by one.
         self.model = LlamaForCausalLM(
-            self.config, dtype=self.dtype, device=str(self.device), max_positions=self.context_len
+            self.config,
+            dtype=self.dtype,
+            device=str(self.device),
+            max_positions=self.context_len + 1,
         )
         load_decoder_weights(self.model, self.model_path, progress=progress)
         # Before the KV pool is sized, so the pool only takes memory the vision weights leave.
-        self.vision: VisionEncoder | PrismaticVisionEncoder | None = None
+        self.vision: VisionEncoders | None = None
         if self.config.vision_format is not None:
             self.vision = VISION_ENCODERS[self.config.vision_format].from_folder(
                 self.model_path, dtype=self.dtype, device=self.device
@@ -137,18 +147,17 @@ class ModelRunner:
         *,
         input_embeds: torch.Tensor | None = None,
         input_embeds_mask: torch.Tensor | Sequence[bool] | None = None,
+        prefix_lm_lens: Sequence[int] | None = None,
+        position_shifts: Sequence[int] | None = None,
     ) -> ForwardBatch:
         """A batch on the device from plain lists: request i has `prefix_lens[i]` tokens cached in
         row `req_pool_indices[i]` and brings the tokens `input_ids[i]`, whose K/V go to the next
-        slots of `out_cache_loc`. Also writes those slots into the rows of `req_to_token`."""
+        slots of `out_cache_loc`. Also writes those slots into the rows of `req_to_token`.
+        Prefix-LM requests give `prefix_lm_lens[i] > 0` (the bidirectional prefix) and may shift
+        the RoPE positions of their later tokens by `position_shifts[i]`."""
         extend_lens = [len(ids) for ids in input_ids]
         seq_lens = [p + n for p, n in zip(prefix_lens, extend_lens, strict=True)]
-        if not extend_lens or min(extend_lens) < 1:
-            raise ValueError("a batch needs requests, each with at least one new token")
-        if max(seq_lens) > self.context_len:
-            raise ValueError(
-                f"sequence of {max(seq_lens)} tokens exceeds context_len {self.context_len}"
-            )
+        self._check_lengths(extend_lens, seq_lens)
         starts = [0, *accumulate(extend_lens)][:-1]
         dev = self.device
         lens = torch.tensor(extend_lens, dtype=torch.int64, device=dev)
@@ -157,22 +166,23 @@ class ModelRunner:
         start_loc = torch.tensor(starts, dtype=torch.int64, device=dev)
         num_tokens = sum(extend_lens)
         first_positions = torch.repeat_interleave(start_loc - prefix, lens)
-        positions = torch.arange(num_tokens, device=dev) - first_positions
+        index = torch.arange(num_tokens, device=dev) - first_positions
         out_loc = torch.as_tensor(out_cache_loc, dtype=torch.int64, device=dev)
         if out_loc.numel() != num_tokens:
             raise ValueError(f"out_cache_loc has {out_loc.numel()} slots for {num_tokens} tokens")
         table = self.req_to_token_pool.req_to_token
-        table[torch.repeat_interleave(rows, lens), positions] = out_loc.to(table.dtype)
-        mask = None
-        if input_embeds_mask is not None:
-            mask = torch.as_tensor(input_embeds_mask, dtype=torch.bool, device=dev)
+        table[torch.repeat_interleave(rows, lens), index] = out_loc.to(table.dtype)
+        mask = None if input_embeds_mask is None else torch.as_tensor(input_embeds_mask, device=dev)
+        lm_lens = (
+            list(prefix_lm_lens) if prefix_lm_lens is not None and any(prefix_lm_lens) else None
+        )
         return ForwardBatch(
             mode=ForwardMode.DECODE if max(extend_lens) == 1 else ForwardMode.EXTEND,
             batch_size=len(extend_lens),
             input_ids=torch.tensor(
                 list(chain.from_iterable(input_ids)), dtype=torch.int64, device=dev
             ),
-            positions=positions,
+            positions=_shifted(index, lens, lm_lens, position_shifts),
             req_pool_indices=rows,
             seq_lens=torch.tensor(seq_lens, dtype=torch.int64, device=dev),
             prefix_lens=prefix,
@@ -183,8 +193,18 @@ class ModelRunner:
             prefix_lens_cpu=list(prefix_lens),
             extend_lens_cpu=extend_lens,
             input_embeds=None if input_embeds is None else input_embeds.to(dev),
-            input_embeds_mask=mask,
+            input_embeds_mask=None if mask is None else mask.bool(),
+            prefix_lm_lens=None if lm_lens is None else torch.tensor(lm_lens, device=dev),
+            prefix_lm_lens_cpu=lm_lens,
         )
+
+    def _check_lengths(self, extend_lens: list[int], seq_lens: list[int]) -> None:
+        if not extend_lens or min(extend_lens) < 1:
+            raise ValueError("a batch needs requests, each with at least one new token")
+        if max(seq_lens) > self.context_len:
+            raise ValueError(
+                f"sequence of {max(seq_lens)} tokens exceeds context_len {self.context_len}"
+            )
 
     @torch.inference_mode()
     def forward(
@@ -256,6 +276,20 @@ class ModelRunner:
             self.vision.load_weights(vision_weights)
         self.model_path = Path(model_path)
         self.config = new_config
+
+
+def _shifted(
+    index: torch.Tensor,
+    lens: torch.Tensor,
+    prefix_lm_lens: list[int] | None,
+    shifts: Sequence[int] | None,
+) -> torch.Tensor:
+    """RoPE positions: each token's index, plus its request's shift once past its prefix."""
+    if prefix_lm_lens is None or shifts is None or not any(shifts):
+        return index
+    per_token = torch.repeat_interleave(torch.tensor(shifts, device=index.device), lens)
+    ends = torch.repeat_interleave(torch.tensor(prefix_lm_lens, device=index.device), lens)
+    return index + per_token * (index >= ends)
 
 
 def _free_memory_bytes(device: torch.device) -> int:

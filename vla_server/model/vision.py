@@ -30,7 +30,7 @@ from vla_server.model.vision_spec import VisionSpec
 from vla_server.model.weight_loader import (
     LLAVA_VISION_PREFIXES,
     WeightLoadError,
-    check_names_and_shapes,
+    check_module_tensors,
     load_tensors_with_prefix,
 )
 
@@ -111,12 +111,10 @@ class VisionEncoder(nn.Module):
             )
         tensors = {}
         for name, tensor in load_tensors_with_prefix(model_path, LLAVA_VISION_PREFIXES).items():
-            ours = _module_name(name)
+            ours = module_name(name)
             if not self._unused(ours):
                 tensors[ours] = tensor
-        expected = {name: tuple(t.shape) for name, t in self.state_dict().items()}
-        found = {name: tuple(t.shape) for name, t in tensors.items()}
-        check_names_and_shapes(expected, found, "vision encoder")
+        check_module_tensors(self, tensors, "vision encoder")
         return tensors
 
     def load_weights(self, tensors: dict[str, torch.Tensor]) -> None:
@@ -130,7 +128,7 @@ class VisionEncoder(nn.Module):
         return match is not None and int(match.group(1)) >= self.spec.layers_kept
 
 
-def _module_name(name: str) -> str:
+def module_name(name: str) -> str:
     """`model.vision_tower.X`, `vision_tower.X` or `vision_tower.vision_model.X` -> `tower.X`;
     `[model.]multi_modal_projector.X` -> `projector.X`."""
     for prefix in _TOWER_PREFIXES:

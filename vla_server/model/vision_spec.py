@@ -18,7 +18,7 @@ from transformers import AutoConfig
 _TOWER_TYPES = ("clip_vision_model", "siglip_vision_model")
 # Every vision_config key the tower's math depends on; the rest (ids, dtype, output flags) is
 # ignored, so two checkpoints with equal specs run the same function.
-_TOWER_KEYS = (
+TOWER_KEYS = (
     "hidden_size",
     "intermediate_size",
     "num_hidden_layers",
@@ -37,7 +37,7 @@ class VisionSpec:
     """Everything about a checkpoint's vision half that changes its output, besides weights."""
 
     tower_type: str  # "clip_vision_model" or "siglip_vision_model"
-    tower: dict[str, Any]  # the `_TOWER_KEYS` of vision_config
+    tower: dict[str, Any]  # the `TOWER_KEYS` of vision_config
     feature_layers: tuple[int, ...]  # hidden-state indices, made non-negative (0 = embeddings)
     drop_first_token: bool  # vision_feature_select_strategy == "default"
     projector_act: str
@@ -68,7 +68,7 @@ class VisionSpec:
             )
         return cls(
             tower_type=vision.model_type,
-            tower={key: getattr(vision, key) for key in _TOWER_KEYS},
+            tower={key: getattr(vision, key) for key in TOWER_KEYS},
             feature_layers=_feature_layers(config.vision_feature_layer, vision.num_hidden_layers),
             drop_first_token=strategy == "default",
             projector_act=config.projector_hidden_act,

@@ -6,6 +6,9 @@ Checkpoint names are first brought to the plain Llama layout (`model.layers.N...
 * Llama / Qwen2:                 `model.X`, `lm_head.X`
 * LLaVA, transformers 5 layout:  `model.language_model.X`, `lm_head.X`
 * LLaVA, older layout:           `language_model.model.X`, `language_model.lm_head.X`
+* LeRobot pi-family policies:    any of the above under `paligemma_with_expert.paligemma.`, bare
+                                 or with a further `model.` in front (`POLICY_PREFIXES`); the
+                                 embedding is tied and usually saved only as `lm_head.weight`
 
 Tensors under `NON_DECODER_PREFIXES` (vision tower, projector) are skipped here; the vision
 loader reads them with `load_tensors_with_prefix`. Everything is validated from the safetensors
@@ -32,6 +35,8 @@ LLAVA_VISION_PREFIXES = (
     "multi_modal_projector.",
 )
 PRISMATIC_VISION_PREFIXES = ("vision_backbone.", "projector.")
+# LeRobot saves its pi-family policies' PaliGemma under these (fine-tuned folders with `model.`).
+POLICY_PREFIXES = ("model.paligemma_with_expert.paligemma.", "paligemma_with_expert.paligemma.")
 NON_DECODER_PREFIXES = LLAVA_VISION_PREFIXES + PRISMATIC_VISION_PREFIXES
 _LAYOUT_PREFIXES = (
     ("model.language_model.", "model."),
@@ -53,13 +58,15 @@ class WeightLoadError(ValueError):
 
 
 def tensor_files(model_path: str | Path) -> dict[str, Path]:
-    """Tensor name -> the safetensors file holding it (sharded index, single file, or all files)."""
+    """Tensor name -> the safetensors file holding it (sharded index, single file, or all model
+    files)."""
     path = Path(model_path)
     index = path / "model.safetensors.index.json"
     if index.exists():
         weight_map = json.loads(index.read_text())["weight_map"]
         return {name: path / file for name, file in weight_map.items()}
-    files = sorted(path.glob("*.safetensors"))
+    # LeRobot folders also hold their processors' statistics as `policy_*.safetensors`.
+    files = sorted(f for f in path.glob("*.safetensors") if not f.name.startswith("policy_"))
     if not files:
         raise FileNotFoundError(f"no *.safetensors files in {path}")
     names: dict[str, Path] = {}
@@ -69,8 +76,17 @@ def tensor_files(model_path: str | Path) -> dict[str, Path]:
     return names
 
 
+def unprefixed(name: str) -> str:
+    """A checkpoint name without the pi-policy prefix it may carry (`POLICY_PREFIXES`)."""
+    for prefix in POLICY_PREFIXES:
+        if name.startswith(prefix):
+            return name[len(prefix) :]
+    return name
+
+
 def decoder_name(name: str) -> str | None:
     """The plain-Llama name of a decoder tensor; None for tensors that belong to something else."""
+    name = unprefixed(name)
     if name.startswith(NON_DECODER_PREFIXES) or name.endswith(_IGNORED_SUFFIXES):
         return None
     for prefix, canonical in _LAYOUT_PREFIXES:
@@ -104,31 +120,36 @@ def load_decoder_weights(
 def load_tensors_with_prefix(
     model_path: str | Path, prefixes: Iterable[str], *, device: str | torch.device = "cpu"
 ) -> dict[str, torch.Tensor]:
-    """Every tensor whose name starts with one of `prefixes`, under its checkpoint name."""
-    prefixes = tuple(prefixes)
-    by_file: dict[Path, list[str]] = defaultdict(list)
-    for name, file in tensor_files(model_path).items():
-        if name.startswith(prefixes):
-            by_file[file].append(name)
+    """Every tensor whose name (without a pi-policy prefix) starts with one of `prefixes`, under
+    that name."""
     out: dict[str, torch.Tensor] = {}
-    for file, names in by_file.items():
+    for file, names in _names_by_file(model_path, prefixes).items():
         with safe_open(str(file), framework="pt", device=str(device)) as f:
-            out.update({name: f.get_tensor(name) for name in names})
+            out.update({short: f.get_tensor(name) for name, short in names})
     return out
 
 
 def tensor_shapes(model_path: str | Path, prefixes: Iterable[str]) -> dict[str, tuple[int, ...]]:
-    """Shape of every tensor whose name starts with one of `prefixes`, from the file headers."""
-    prefixes = tuple(prefixes)
-    by_file: dict[Path, list[str]] = defaultdict(list)
-    for name, file in tensor_files(model_path).items():
-        if name.startswith(prefixes):
-            by_file[file].append(name)
+    """Shape of every tensor `load_tensors_with_prefix` would load, from the file headers."""
     shapes: dict[str, tuple[int, ...]] = {}
-    for file, names in by_file.items():
+    for file, names in _names_by_file(model_path, prefixes).items():
         with safe_open(str(file), framework="pt") as f:
-            shapes.update({name: tuple(f.get_slice(name).get_shape()) for name in names})
+            shapes.update({short: tuple(f.get_slice(name).get_shape()) for name, short in names})
     return shapes
+
+
+def _names_by_file(
+    model_path: str | Path, prefixes: Iterable[str]
+) -> dict[Path, list[tuple[str, str]]]:
+    """file -> [(checkpoint name, name without a pi-policy prefix)] of the names `prefixes`
+    select."""
+    prefixes = tuple(prefixes)
+    by_file: dict[Path, list[tuple[str, str]]] = defaultdict(list)
+    for name, file in tensor_files(model_path).items():
+        short = unprefixed(name)
+        if short.startswith(prefixes):
+            by_file[file].append((name, short))
+    return by_file
 
 
 def check_names_and_shapes(
@@ -146,6 +167,13 @@ def check_names_and_shapes(
         unexpected=[n for n in found if n not in expected],
         misshapen=misshapen,
     )
+
+
+def check_module_tensors(module: nn.Module, tensors: dict[str, torch.Tensor], what: str) -> None:
+    """`check_names_and_shapes` of `tensors` (named as `module`'s own) against `module`."""
+    expected = {name: tuple(t.shape) for name, t in module.state_dict().items()}
+    found = {name: tuple(t.shape) for name, t in tensors.items()}
+    check_names_and_shapes(expected, found, what)
 
 
 def _decoder_shapes(files: dict[str, Path]) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -167,14 +195,19 @@ def _load_plan(
     sources: dict[str, list[tuple[str, tuple[int, ...]]]],
     found: dict[str, tuple[str, tuple[int, ...]]],
 ) -> LoadPlan:
-    if "lm_head.weight" not in found and "model.embed_tokens.weight" in found:
-        found = {**found, "lm_head.weight": found["model.embed_tokens.weight"]}  # tied
+    embed, head = "model.embed_tokens.weight", "lm_head.weight"
+    if head not in found and embed in found:
+        found = {**found, head: found[embed]}  # tied
     needed: dict[str, list[tuple[str, int, tuple[int, ...]]]] = defaultdict(list)
     for param, parts in sources.items():
         row = 0
         for canonical, shape in parts:
             needed[canonical].append((param, row, shape))
             row += shape[0]
+    if embed not in found and head in found and head not in needed:
+        # Tied, saved once under the head's name (PaliGemma in LeRobot policies): LeRobot copies
+        # lm_head into embed_tokens on load.
+        found = {**found, embed: found[head]}
     missing = [c for c in needed if c not in found]
     # A tied model ignores a saved lm_head, as the reference implementation does.
     unexpected = [found[c][0] for c in found if c not in needed and c != "lm_head.weight"]

@@ -33,7 +33,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from vla_server.model.lerobot_config import read_lerobot_config
 from vla_server.multimodal.action_config import ActionSpec, NormStats, read_action_spec
+from vla_server.multimodal.fast_actions import FastActionTokenizer
 
 
 class ActionDecodeError(ValueError):
@@ -225,9 +227,14 @@ def _check_declared_vocab(spec: ActionSpec, tokenizer_vocab_size: int) -> None:
         )
 
 
-def load_action_tokenizer(folder: str | Path, tokenizer: Any) -> ActionTokenizer | None:
+def load_action_tokenizer(
+    folder: str | Path, tokenizer: Any
+) -> ActionTokenizer | FastActionTokenizer | None:
     """The checkpoint's action tokenizer for its HF `tokenizer`: the one way every process
-    loads it, so they all count bins from the same vocabulary."""
+    loads it, so they all count bins from the same vocabulary. A LeRobot pi0-FAST folder has
+    FAST action tokens (`fast_actions`); others may declare OpenVLA-style bins."""
+    if read_lerobot_config(folder) is not None:
+        return FastActionTokenizer.from_folder(folder, tokenizer)
     return ActionTokenizer.from_folder(
         folder,
         tokenizer.vocab_size,

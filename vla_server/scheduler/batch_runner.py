@@ -63,6 +63,8 @@ class BatchRunner:
             batch.slots,
             input_embeds=embeds,
             input_embeds_mask=mask,
+            prefix_lm_lens=[r.prefix_lm_len for r in batch.reqs],
+            position_shifts=[r.position_shift for r in batch.reqs],
         )
         logits = self.runner.forward(fb, batch.prompt_spans)
         logprobs: list[ReqLogprobs | None] = [

@@ -49,6 +49,7 @@ class SchedulerCore:
         finish_checker: FinishChecker,
         context_len: int,
         action_mask: torch.Tensor | None = None,
+        prefix_lm: bool = False,
         embedder: ImageEmbedder | None = None,
         clock: Clock | None = None,
         worker: Executor | None = None,
@@ -67,17 +68,10 @@ class SchedulerCore:
         self.timer = StepTimer()
         self.outputs = OutputStream(sink, self.stats, sessions, cfg.stream_interval)
         self.intake = Intake(
-            cfg,
-            self.policy,
-            self.state,
-            sessions,
-            self.outputs,
-            runner.generator_for,
-            self.clock,
-            kv_tokens=kv.total_tokens,
-            context_len=context_len,
-            action_mask=action_mask,
-        )
+            cfg, self.policy, self.state, sessions, self.outputs, runner.generator_for, self.clock,
+            kv_tokens=kv.total_tokens, context_len=context_len, action_mask=action_mask,
+            prefix_lm=prefix_lm,
+        )  # fmt: skip
         self.step_cost = StepCostModel()
         isolation = Isolation.from_config(cfg, self.policy, self.step_cost)
         self.builder = StepBuilder(

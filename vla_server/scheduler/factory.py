@@ -40,7 +40,8 @@ def build_model_runner(model: ModelRunnerConfig) -> ModelRunner:
 
 
 def action_mask(model_path: str, tokenizer: Any, vocab_size: int) -> torch.Tensor | None:
-    """Allowed tokens of action requests (the action bins), or None without an action tokenizer."""
+    """Allowed tokens of action requests (the action bins, or FAST's tokens and their ends), or
+    None without an action tokenizer."""
     actions = load_action_tokenizer(model_path, tokenizer)
     return None if actions is None else actions.allowed_mask(vocab_size)
 
@@ -67,6 +68,7 @@ def build_core(
         finish_checker=FinishChecker(tokenizer, set(runner.config.eos_token_ids)),
         context_len=runner.context_len,
         action_mask=action_mask(model.checkpoint.model_path, tokenizer, runner.vocab_size),
+        prefix_lm=runner.config.prefix_lm,
         embedder=embedder,
         worker=worker,
     )
@@ -87,6 +89,7 @@ def ready_info(runner: ModelRunner, kv_total_tokens: int, attention_backend: str
         "dtype": str(runner.dtype).removeprefix("torch."),
         "image_token_id": cfg.image_token_id,
         "vision_format": cfg.vision_format,
+        "prefix_lm": cfg.prefix_lm,
         "num_image_tokens": runner.vision.num_image_tokens if runner.vision else 0,
         "attention_backend": resolve_backend_name(attention_backend, runner.device),
     }

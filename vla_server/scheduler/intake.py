@@ -38,6 +38,7 @@ class Intake:
         kv_tokens: int,
         context_len: int,
         action_mask: torch.Tensor | None,
+        prefix_lm: bool = False,
     ):
         self.default_priority = cfg.default_priority_value
         self.max_queued = cfg.max_queued_requests
@@ -50,11 +51,16 @@ class Intake:
         self.kv_tokens = kv_tokens
         self.context_len = context_len
         self.action_mask = action_mask
+        self.prefix_lm = prefix_lm  # the model attends each prompt's prefix bidirectionally
 
     def generate(self, msg: TokenizedGenerateReqInput) -> None:
         req = Req.from_wire(msg, self.default_priority)
         req.arrival_time = req.last_step_at = self.clock.monotonic()
         req.arrival_step = self.state.step_count
+        problem = self._prefix_problem(msg)
+        if problem is not None:
+            self.reject(req, *problem)
+            return
         stale = self._superseded_by(req)
         try:
             # The turns this one supersedes are no parents: it continues from before them.
@@ -120,6 +126,20 @@ class Intake:
             )
             return False
         return True
+
+    def _prefix_problem(self, msg: TokenizedGenerateReqInput) -> tuple[str, int, str] | None:
+        """Why a request's prefix-LM fields do not fit the model, or None."""
+        n = len(msg.input_ids)
+        if not self.prefix_lm:
+            if msg.prefix_lm_len or msg.position_shift:
+                return "this model has no bidirectional prefix", 400, "prefix_lm_len"
+            return None
+        if not 0 < msg.prefix_lm_len <= n:
+            return f"must be in [1, {n}] (the prompt's length)", 400, "prefix_lm_len"
+        if msg.session_params is not None:
+            # A turn's prompt would extend the previous prefix, whose KV then no longer holds.
+            return "sessions cannot continue a prefix-LM prompt", 400, "session_params"
+        return None
 
     def _queue_admits(self, req: Req) -> bool:
         limit, waiting = self.max_queued, self.state.waiting

@@ -51,7 +51,7 @@ class KVCacheManager:
         limit = req.seq_len - 1
         if req.return_logprob and req.logprob_start_len >= 0:
             limit = min(limit, max(req.logprob_start_len - 1, 0))  # scored tokens need logits
-        m = self.tree.match_prefix(req.fill_ids[:limit])
+        m = self.tree.match_prefix(req.cache_key(limit))
         return m.indices, m.last_node
 
     def admit(self, req: Req, prefix: torch.Tensor, node: object) -> None:
@@ -84,7 +84,7 @@ class KVCacheManager:
         slots = self.token_slots(req).clone()
         node = req.last_node if req.last_node is not None else self.tree.root
         if req.cacheable:
-            self.tree.cache_finished(req.fill_ids[: req.kv_len], slots, node)
+            self.tree.cache_finished(req.cache_key(req.kv_len), slots, node)
         else:
             self.tree.dec_lock_ref(node)
             self.allocator.free(slots)

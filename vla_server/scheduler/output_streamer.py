@@ -43,6 +43,8 @@ def build_output(reqs: list[Req], stats: SchedulerStats) -> BatchTokenIDOutput:
         wants_actions=[],
         no_stop_trim=[],
         spaces_between_special_tokens=[],
+        action_counts=[],
+        relaxed_actions=[],
     )
     for req in reqs:
         new_ids = req.output_ids[req.sent_output_len :]
@@ -72,6 +74,8 @@ def build_output(reqs: list[Req], stats: SchedulerStats) -> BatchTokenIDOutput:
         out.logprobs.append(req.pending_logprobs)
         out.wants_actions.append(req.num_actions > 0)
         out.action_keys.append(req.unnorm_key)
+        out.action_counts.append(req.num_actions)
+        out.relaxed_actions.append(req.wire.relaxed_actions)
         req.pending_logprobs = None
         req.queue_time_sent = req.queue_time_sent or req.queue_time is not None
         req.sent_output_len = len(req.output_ids)

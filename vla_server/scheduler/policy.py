@@ -78,8 +78,10 @@ class PrefillAdder:
         self.slot_budget -= 1
         self.token_budget -= self._need(req, prefix_len)
 
-    def take_chunk(self, need: int) -> int:
-        n = int(min(need, self.chunk_budget))
+    def take_chunk(self, need: int, at_least: int = 0) -> int:
+        """Tokens of `need` this step computes: within the chunk budget, but never fewer than
+        `at_least` (a bidirectional prefix is one chunk, even one larger than the budget)."""
+        n = int(min(need, max(self.chunk_budget, at_least)))
         self.chunk_budget -= n
         return n
 

@@ -14,6 +14,7 @@ from vla_server.io_struct import (
     MMItem,
     TokenizedGenerateReqInput,
 )
+from vla_server.mem_cache.prefix_key import prefix_lm_key_head
 from vla_server.mem_cache.radix_cache import TreeNode
 from vla_server.model.sampling import SamplingParams
 from vla_server.multimodal.prefill_images import PrefillImages
@@ -58,6 +59,9 @@ class Req:
     prompt_scored_upto: int = 0  # prompt tokens [0, n) whose logprobs were reported
     # Images resolved by this prefill, and features later chunks still need (model worker's).
     prefill_images: PrefillImages = field(default_factory=PrefillImages)
+    # Prefix-LM: the radix key's first entry, a digest of the whole bidirectional prefix (see
+    # `cache_key`); None for causal requests.
+    key_head: int | None = None
 
     # streaming bookkeeping
     sent_output_len: int = 0
@@ -68,12 +72,17 @@ class Req:
 
     @classmethod
     def from_wire(cls, msg: TokenizedGenerateReqInput, default_priority: int = 0) -> Req:
+        ids = list(msg.input_ids)
+        head = None
+        if 0 < msg.prefix_lm_len <= len(ids):
+            head = prefix_lm_key_head(ids[: msg.prefix_lm_len], msg.position_shift)
         return cls(
             wire=msg,
-            origin_input_ids=list(msg.input_ids),
+            origin_input_ids=ids,
             mm_items=msg.mm_items,
             priority=default_priority if msg.priority is None else msg.priority,
             input_embeds=None if msg.input_embeds is None else msg.input_embeds.to_torch(),
+            key_head=head,
         )
 
     # The request's own fields, read from the wire struct.
@@ -125,8 +134,34 @@ class Req:
         return w.session_id or (w.session_params.id if w.session_params is not None else None)
 
     @property
+    def prefix_lm_len(self) -> int:  # > 0: the prompt's bidirectional prefix (PaliGemma)
+        return self.wire.prefix_lm_len
+
+    @property
+    def position_shift(self) -> int:
+        return self.wire.position_shift
+
+    @property
     def fill_ids(self) -> list[int]:
         return self.origin_input_ids + self.output_ids
+
+    def cache_key(self, n: int) -> list[int]:
+        """The radix-cache key of the sequence's first `n` tokens: the tokens themselves, except
+        that a prefix-LM request's first entry is the digest of its whole bidirectional prefix.
+        The KV of a prefix's tokens depends on all of it (an image token's on the text after
+        it), so a cached path is found only by a request with the identical prefix: a prefix
+        that differs in any token, even its last, shares nothing (a partial match of it would
+        be wrong KV), while an identical one may reuse any cached part of the sequence."""
+        key = self.fill_ids[:n]
+        if self.key_head is not None and key:
+            key[0] = self.key_head
+        return key
+
+    @property
+    def min_chunk(self) -> int:
+        """New tokens the next prefill chunk must hold at least: a bidirectional prefix is
+        computed in one chunk (its first tokens attend to its last)."""
+        return max(self.prefix_lm_len - self.kv_len, 0)
 
     @property
     def seq_len(self) -> int:

@@ -60,7 +60,7 @@ class ResultProcessor:
         s = self.state
         done = [r for r in reqs if r.inflight == 0 and r in s.running]
         for r in done:
-            key = r.fill_ids[: r.kv_len]
+            key = r.cache_key(r.kv_len)
             self.kv.release(r)
             self.sessions.on_finish(r, key)
         if done:

@@ -30,6 +30,11 @@ RESERVE_STEP = 0.2
 RESERVE_DECAY = 0.002
 
 
+def _whole_prefix(req: Req, allowed: int) -> int:
+    """An allowance that would cut a bidirectional prefix grows to its end (0 stays 0)."""
+    return max(allowed, req.min_chunk) if allowed else 0
+
+
 class StepBuilder:
     def __init__(
         self,
@@ -84,8 +89,8 @@ class StepBuilder:
             if req.finished or need <= 0 or (req.is_decoding and req.remaining_new_tokens() == 0):
                 continue
             if gate is not None:
-                need = gate.allow(req, need)
-            n = 1 if need == 1 else adder.take_chunk(need)
+                need = _whole_prefix(req, gate.allow(req, need))
+            n = 1 if need == 1 else adder.take_chunk(need, req.min_chunk)
             if n:
                 plan.append((req, n))
         return plan
@@ -122,8 +127,10 @@ class StepBuilder:
             kv.admit(req, prefix, node)
             adder.admit(req, req.kv_len)
             s.running.append(req)
-            need = req.num_new_tokens if gate is None else gate.allow(req, req.num_new_tokens)
-            admitted.append((req, adder.take_chunk(need)))
+            need = req.num_new_tokens
+            if gate is not None:
+                need = _whole_prefix(req, gate.allow(req, need))
+            admitted.append((req, adder.take_chunk(need, req.min_chunk)))
         return admitted, False
 
     def _allocate(self, plan: list[tuple[Req, int]]) -> ScheduledBatch | None:

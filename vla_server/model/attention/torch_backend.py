@@ -3,8 +3,10 @@
 Decoding requests (one new token each) are batched: their K/V are gathered through
 `req_to_token` into a padded [batch, max_seq_len] block and attended with a padding mask.
 Requests that bring several tokens are attended one by one: the cached prefix gathered from the
-pool plus the new tokens, with the causal mask shifted by the prefix length. In an EXTEND batch
-the one-token requests still take the batched decode path.
+pool plus the new tokens, with the causal mask shifted by the prefix length; a prefix-LM
+request's tokens inside its bidirectional prefix also see the rest of that prefix. In an EXTEND
+batch the one-token requests still take the batched decode path (a single new token sees exactly
+what a causal mask shows it, wherever the prefix ends).
 """
 
 from __future__ import annotations
@@ -134,14 +136,20 @@ class TorchAttentionBackend(AttentionBackend):
     def _extend_request(self, batch: ForwardBatch, i: int, start: int) -> _ExtendRequest:
         end = start + batch.extend_lens_cpu[i]
         prefix_len = batch.prefix_lens_cpu[i]
-        if prefix_len == 0:
+        bidirectional = batch.prefix_lm_lens_cpu[i] if batch.prefix_lm_lens_cpu else 0
+        # Causal (SDPA's own mask) unless a new token before the prefix's end must see later ones.
+        causal = bidirectional <= prefix_len + 1
+        if prefix_len == 0 and causal:
             return _ExtendRequest(start, end, None, None)
         device = batch.out_cache_loc.device
-        row = batch.req_pool_indices[i]
-        prefix_index = self.req_to_token_pool.req_to_token[row, :prefix_len].to(torch.int64)
+        prefix_index = None
+        if prefix_len:
+            row = batch.req_pool_indices[i]
+            prefix_index = self.req_to_token_pool.req_to_token[row, :prefix_len].to(torch.int64)
         keys = torch.arange(prefix_len + end - start, device=device)
         queries = torch.arange(prefix_len, prefix_len + end - start, device=device)
-        mask = self._additive(keys[None, :] <= queries[:, None])
+        last_seen = queries.clamp(min=bidirectional - 1)
+        mask = self._additive(keys[None, :] <= last_seen[:, None])
         return _ExtendRequest(start, end, prefix_index, mask)
 
     def _additive(self, allowed: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,8 @@
 """Attention over the paged KV pool with the Triton kernels of vla_kernels.
 
 DECODE batches take the split-K decode kernel; EXTEND batches (prefill, chunks, and any decoding
-requests mixed into them) take the extend kernel. Runs compiled on CUDA tensors and through the
+requests mixed into them) take the extend kernel, which also widens the causal mask over
+prefix-LM requests' bidirectional prefixes. Runs compiled on CUDA tensors and through the
 Triton interpreter on CPU tensors when TRITON_INTERPRET=1 (tests).
 """
 
@@ -76,7 +77,8 @@ class TritonAttentionBackend(AttentionBackend):
                 q_pool, _contiguous_heads(k.to(self.kv_pool.dtype)),
                 _contiguous_heads(v.to(self.kv_pool.dtype)), k_cache, v_cache, req_to_token,
                 batch.req_pool_indices, batch.prefix_lens, batch.extend_lens,
-                batch.extend_start_loc, scale, max_extend_len=meta.max_extend_len,
+                batch.extend_start_loc, scale, prefix_lm_lens=batch.prefix_lm_lens,
+                max_extend_len=meta.max_extend_len,
             )  # fmt: skip
         return out.to(q.dtype)
 
