@@ -39,6 +39,29 @@ def attend_prefix(
 
 
 @triton.jit
+def attend_new(
+    q, K_new, V_new, first_tok, m, new_end, bidir_end, kvh, d, d_mask, m_i, l_i, acc, scale,
+    stride_knt, stride_knh, stride_vnt, stride_vnh,
+    BLOCK_N: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
+    """The online softmax over this forward's new tokens (read from its contiguous k/v) up to
+    `new_end`: causal for rows `m`, except that tokens before `bidir_end` are seen by all."""
+    for n0 in range(0, new_end, BLOCK_N):
+        n = n0 + tl.arange(0, BLOCK_N)
+        n_mask = n < new_end
+        kv_mask = n_mask[:, None] & d_mask[None, :]
+        k, v = load_kv_rows(
+            K_new, V_new, first_tok + n, kvh, d, kv_mask,
+            stride_knt, stride_knh, stride_vnt, stride_vnh,
+        )  # fmt: skip
+        causal = ((n[None, :] <= m[:, None]) | (n[None, :] < bidir_end)) & n_mask[None, :]
+        m_i, l_i, acc = online_softmax_block(
+            q, k, v, causal, m_i, l_i, acc, scale, UPCAST, DOT_PRECISION
+        )
+    return m_i, l_i, acc
+
+
+@triton.jit
 def extend_kernel(
     Q, K_new, V_new, Out, K_buf, V_buf, Req_to_token, Req_pool_idx, Prefix_lens, Extend_lens,
     Extend_start, Prefix_lm_lens, scale,
@@ -86,18 +109,10 @@ def extend_kernel(
     # New tokens past this block's last row (and past the bidirectional prefix) are invisible
     # to all of its rows.
     new_end = tl.minimum(extend_len, tl.maximum((m_block + 1) * BLOCK_M, bidir_end))
-    for n0 in range(0, new_end, BLOCK_N):
-        n = n0 + tl.arange(0, BLOCK_N)
-        n_mask = n < new_end
-        kv_mask = n_mask[:, None] & d_mask[None, :]
-        k, v = load_kv_rows(
-            K_new, V_new, first_tok + n, kvh, d, kv_mask,
-            stride_knt, stride_knh, stride_vnt, stride_vnh,
-        )  # fmt: skip
-        causal = ((n[None, :] <= m[:, None]) | (n[None, :] < bidir_end)) & n_mask[None, :]
-        m_i, l_i, acc = online_softmax_block(
-            q, k, v, causal, m_i, l_i, acc, scale, UPCAST, DOT_PRECISION
-        )
+    m_i, l_i, acc = attend_new(
+        q, K_new, V_new, first_tok, m, new_end, bidir_end, kvh, d, d_mask, m_i, l_i, acc, scale,
+        stride_knt, stride_knh, stride_vnt, stride_vnh, BLOCK_N, UPCAST, DOT_PRECISION,
+    )  # fmt: skip
 
     # Every valid row sees at least itself, so only masked padding rows have l_i == 0.
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
