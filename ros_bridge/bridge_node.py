@@ -17,6 +17,7 @@ from ros_bridge.action_output import action_message, late_message, output_type
 from ros_bridge.bridge_params import PARAMS, PARAMS_BY_NAME, ParamSpec
 from ros_bridge.bridge_worker import BridgeWorker, FrameJob, WorkerConfig
 from ros_bridge.camera_frame import frame_from_msg
+from ros_bridge.chunk_output import ChunkOutput, action_rate_hz
 from ros_bridge.compat import diagnostic_msgs, rcl_interfaces, rclpy, sensor_msgs
 from ros_bridge.frame_input import BadFrame, PreparedImage, prepare_image
 from ros_bridge.late_policy import LateCommand, parse_on_late
@@ -39,6 +40,9 @@ class VlaBridgeNode(rclpy.node.Node):
         self._mode = values["output"]
         output_type(self._mode)  # rejects an unknown output mode at start-up
         self.commands = self.create_publisher(output_type(self._mode), values["action_topic"], 10)
+        self.chunk_output = (
+            ChunkOutput(self, values, self.commands) if values["executor"] != "none" else None
+        )
         self.diagnostics = self.create_publisher(
             diagnostic_msgs.msg.DiagnosticArray, "/diagnostics", 1
         )
@@ -120,6 +124,9 @@ class VlaBridgeNode(rclpy.node.Node):
 
     # --- ActionSink (called on the worker thread) ----------------------------------------
     def publish_action(self, stamp: tuple[int, int], index: int, action: Sequence[float]) -> None:
+        if self.chunk_output is not None:
+            self.chunk_output.add_action(stamp, index, action)
+            return
         values = self._values()
         self.commands.publish(
             action_message(
@@ -128,11 +135,14 @@ class VlaBridgeNode(rclpy.node.Node):
                 stamp=stamp,
                 index=index,
                 joint_names=values["joint_names"],
-                control_rate_hz=values["control_rate_hz"],
+                control_rate_hz=action_rate_hz(values),
             )
         )
 
     def publish_late(self, command: LateCommand) -> None:
+        if self.chunk_output is not None:
+            self.chunk_output.expire()  # the executor sends the on_late command every period
+            return
         now = self.get_clock().now().seconds_nanoseconds()
         joint_names = self._values()["joint_names"]
         msg = late_message(self._mode, command, stamp=now, joint_names=joint_names)
@@ -187,6 +197,7 @@ def _worker_config(values: dict[str, Any]) -> WorkerConfig:
     for name in ("control_rate_hz", "deadline_ms", "num_actions"):
         if not values[name] > 0:
             raise ValueError(f"{name} must be > 0, got {values[name]}")
+    action_rate_hz(values)  # rejects a negative or non-finite one
     if values["output"] not in PARAMS_BY_NAME["output"].choices:
         raise ValueError(f"output must be one of {PARAMS_BY_NAME['output'].choices}")
     request = RequestSettings(
