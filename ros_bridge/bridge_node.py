@@ -197,7 +197,6 @@ def _worker_config(values: dict[str, Any]) -> WorkerConfig:
     for name in ("control_rate_hz", "deadline_ms", "num_actions"):
         if not values[name] > 0:
             raise ValueError(f"{name} must be > 0, got {values[name]}")
-    action_rate_hz(values)  # rejects a negative or non-finite one
     if values["output"] not in PARAMS_BY_NAME["output"].choices:
         raise ValueError(f"output must be one of {PARAMS_BY_NAME['output'].choices}")
     request = RequestSettings(
@@ -213,6 +212,7 @@ def _worker_config(values: dict[str, Any]) -> WorkerConfig:
         deadline_ms=values["deadline_ms"],
         on_late=parse_on_late(values["on_late"]),
         action_width=len(values["joint_names"]) or None,
+        chunk_span_ms=(values["num_actions"] - 1) * 1000.0 / action_rate_hz(values),
     )
 
 

@@ -1,4 +1,4 @@
-"""`vla-bridge`: the bridge off ROS (run), and bag tools (replay, record).
+"""`vla-bridge`: the bridge off ROS (run), bag tools (replay, record), a simulated robot (sim).
 
 `vla-bridge [run] [--model M] [--port P] [--camera TOPIC] [--<parameter> VALUE ...]` starts
 `vla-server serve` and VlaBridgeNode on the shim, with the same arguments (and defaults) as
@@ -110,6 +110,32 @@ def add_record_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transport", choices=("dds", "inproc"), default="dds")
 
 
+def add_sim_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--server-url", required=True)
+    parser.add_argument("--report", type=Path, required=True, help="JSON report to write")
+    parser.add_argument("--env", default="gym_aloha/AlohaInsertion-v0", help="gym-aloha task")
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--rate", type=float, default=50.0, help="control rate (Hz)")
+    parser.add_argument("--camera-rate", type=float, default=10.0, help="frames per second")
+    parser.add_argument("--cameras", default="top", help="comma-separated ALOHA camera names")
+    parser.add_argument("--camera-size", default="640x480", help="WIDTHxHEIGHT")
+    parser.add_argument("--instruction", default=None)
+    parser.add_argument("--seed", type=int, default=0, help="the task's reset seed")
+    parser.add_argument(
+        "--full-render", action="store_true", help="shadows and anti-aliasing (~7x the CPU)"
+    )
+    parser.add_argument("--record", type=Path, default=None, help="rosbag2 (mcap) to write")
+    parser.add_argument("--plot", type=Path, default=None, help="also write this PNG")
+    parser.add_argument(
+        "--param",
+        type=_param_pair,
+        action="append",
+        default=[],
+        metavar="NAME:=VALUE",
+        help="a bridge parameter (e.g. executor:=interpolate)",
+    )
+
+
 @dataclass(frozen=True)
 class Command:
     module: str  # holds `command(ns)`, imported only when this command runs
@@ -121,6 +147,7 @@ COMMANDS = {
     "run": Command("ros_bridge.run", add_run_args, (extras.YAML,)),
     "replay": Command("ros_bridge.replay", add_replay_args, (extras.YAML, extras.ROSBAGS)),
     "record": Command("ros_bridge.record", add_record_args, (extras.YAML, extras.ROSBAGS)),
+    "sim": Command("ros_bridge.sim.sim_command", add_sim_args, (extras.YAML, extras.ROSBAGS)),
 }
 
 
