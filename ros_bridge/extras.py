@@ -11,7 +11,6 @@ import importlib.util
 from collections.abc import Iterable
 
 
-
 def install_command(extra: str = "ros") -> str:
     return f'pip install "vla-server[{extra}]"'
 

@@ -5,9 +5,10 @@ Needs `gym-aloha` (the `[sim]` extra) and an offscreen GL chosen before MuJoCo l
 
 Actions and positions follow gym-aloha: per arm 6 joint angles (rad) and the gripper normalised
 to [0, 1] (0 closed, 1 open), left arm first (`JOINTS`). One `step` is one control period of
-simulated time (by default 20 ms, the task's own). Rendering uses a second copy of the physics, loaded from
-a `snapshot()` of the joint positions, so one thread can render (MuJoCo lets go of the GIL
-meanwhile) while another keeps stepping. `fast_render` turns shadows and anti-aliasing off.
+simulated time (by default 20 ms, the task's own). Rendering uses a second copy of the physics,
+loaded from a `snapshot()` of the joint positions, so one thread can render (MuJoCo lets go of
+the GIL meanwhile) while another keeps stepping. `fast_render` turns shadows and anti-aliasing
+off.
 """
 
 from __future__ import annotations

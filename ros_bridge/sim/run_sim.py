@@ -80,15 +80,19 @@ def bridge_params(config: SimConfig, joint_names: list[str]) -> dict[str, Any]:
     if params["executor"] == "none":
         raise ValueError("vla-bridge sim needs executor hold, interpolate or ensemble")
     instruction = config.instruction or INSTRUCTIONS.get(config.env_id)
-    return params | ({"instruction": instruction} if instruction else {}) | {
-        "server_url": config.server_url,
-        "image_topics": [camera_topic(c) for c in config.cameras],
-        "compressed": True,
-        "output": "joint_trajectory",
-        "joint_names": joint_names,
-        "joint_states_topic": JOINT_STATES_TOPIC,
-        "control_rate_hz": float(config.rate_hz),
-    }
+    return (
+        params
+        | ({"instruction": instruction} if instruction else {})
+        | {
+            "server_url": config.server_url,
+            "image_topics": [camera_topic(c) for c in config.cameras],
+            "compressed": True,
+            "output": "joint_trajectory",
+            "joint_names": joint_names,
+            "joint_states_topic": JOINT_STATES_TOPIC,
+            "control_rate_hz": float(config.rate_hz),
+        }
+    )
 
 
 def run_sim(

@@ -62,7 +62,7 @@ def build_report(run: SimRun) -> dict[str, Any]:
         "unmatched_commands": run.unmatched_commands,
         "first_action_s": None if first is None else round((first - t0) / NS_PER_S, 3),
         "holds_after_first_action": sum(
-            1 for s in steps if first is not None and s.stamp_ns > first and s.kind is not Kind.CHUNK
+            1 for s in steps if first is not None and s.stamp_ns > first and s.kind != Kind.CHUNK
         ),
         "deadline_misses": run.monitor_counters["deadline_misses"],
         "frame_to_action": run.percentiles["frame_to_action"],
