@@ -82,6 +82,17 @@ def _param_pair(text: str) -> tuple[str, Any]:
     return name, yaml.safe_load(value)
 
 
+def add_param_option(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument(
+        "--param",
+        type=_param_pair,
+        action="append",
+        default=[],
+        metavar="NAME:=VALUE",
+        help=help_text,
+    )
+
+
 def add_replay_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("bag", type=Path, help="rosbag2 folder (mcap or sqlite3)")
     parser.add_argument("--server-url", required=True)
@@ -90,14 +101,7 @@ def add_replay_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate", type=float, default=1.0, help="playback speed factor")
     parser.add_argument("--instruction", default=None)
     parser.add_argument("--plot", type=Path, default=None, help="also write this PNG")
-    parser.add_argument(
-        "--param",
-        type=_param_pair,
-        action="append",
-        default=[],
-        metavar="NAME:=VALUE",
-        help="another node parameter",
-    )
+    add_param_option(parser, "another node parameter")
 
 
 def add_record_args(parser: argparse.ArgumentParser) -> None:
@@ -126,14 +130,7 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--record", type=Path, default=None, help="rosbag2 (mcap) to write")
     parser.add_argument("--plot", type=Path, default=None, help="also write this PNG")
-    parser.add_argument(
-        "--param",
-        type=_param_pair,
-        action="append",
-        default=[],
-        metavar="NAME:=VALUE",
-        help="a bridge parameter (e.g. executor:=interpolate)",
-    )
+    add_param_option(parser, "a bridge parameter (e.g. executor:=interpolate)")
 
 
 @dataclass(frozen=True)
