@@ -17,7 +17,7 @@ from ros_bridge.action_output import action_message, late_message, output_type
 from ros_bridge.bridge_params import PARAMS, PARAMS_BY_NAME, ParamSpec
 from ros_bridge.bridge_worker import BridgeWorker, FrameJob, WorkerConfig
 from ros_bridge.camera_frame import frame_from_msg
-from ros_bridge.chunk_output import ChunkOutput, action_rate_hz
+from ros_bridge.chunk_output import ChunkOutput, action_rate_hz, executor_config
 from ros_bridge.compat import diagnostic_msgs, rcl_interfaces, rclpy, sensor_msgs
 from ros_bridge.frame_input import BadFrame, PreparedImage, prepare_image
 from ros_bridge.late_policy import LateCommand, parse_on_late
@@ -82,10 +82,13 @@ class VlaBridgeNode(rclpy.node.Node):
         values = self._values(params)
         try:
             config, budgets = _worker_config(values), _budgets(values)
+            chunks = executor_config(values) if self.chunk_output is not None else None
         except ValueError as exc:
             return rcl_interfaces.msg.SetParametersResult(successful=False, reason=str(exc))
         self.worker.set_config(config)
         self.monitor.set_budgets(budgets)
+        if self.chunk_output is not None and chunks is not None:
+            self.chunk_output.reconfigure(chunks)
         return rcl_interfaces.msg.SetParametersResult(successful=True)
 
     # --- camera input --------------------------------------------------------------------

@@ -153,6 +153,11 @@ class ChunkExecutor:
             self.counters.actions_received += 1
             return True
 
+    def reconfigure(self, config: ExecutorConfig) -> None:
+        """New settings (a parameter changed at runtime); the plan is kept."""
+        with self._lock:
+            self.config = config
+
     def expire(self) -> None:
         """Drops the plan: on_late applies until a newer frame's chunk arrives."""
         with self._lock:

@@ -55,6 +55,7 @@ class ChunkOutput:
         self._period_ns = config.control_period_ns
         self._on_late = config.on_late
         group = rclpy.callback_groups.MutuallyExclusiveCallbackGroup()
+        self._timer = None
         if values["joint_states_topic"]:
             node.create_subscription(
                 sensor_msgs.msg.JointState,
@@ -64,7 +65,17 @@ class ChunkOutput:
                 callback_group=group,
             )
         else:
-            node.create_timer(self._period_ns / NS_PER_S, self._on_timer, callback_group=group)
+            period_s = self._period_ns / NS_PER_S
+            self._timer = node.create_timer(period_s, self._on_timer, callback_group=group)
+
+    def reconfigure(self, config: ExecutorConfig) -> None:
+        """Dynamic parameters changed (on_late, control_rate_hz, ...)."""
+        self.executor.reconfigure(config)
+        self._on_late = config.on_late
+        if config.control_period_ns != self._period_ns:
+            self._period_ns = config.control_period_ns
+            if self._timer is not None:
+                self._timer.timer_period_ns = config.control_period_ns
 
     def add_action(self, stamp: tuple[int, int], index: int, action: Sequence[float]) -> None:
         """Raises ValueError for a width the joints do not have (the worker counts it)."""

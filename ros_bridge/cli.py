@@ -128,6 +128,9 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--full-render", action="store_true", help="shadows and anti-aliasing (~7x the CPU)"
     )
+    parser.add_argument(
+        "--command-timeout", type=float, default=1.0, help="seconds a step waits for its command"
+    )
     parser.add_argument("--record", type=Path, default=None, help="rosbag2 (mcap) to write")
     parser.add_argument("--plot", type=Path, default=None, help="also write this PNG")
     add_param_option(parser, "a bridge parameter (e.g. executor:=interpolate)")

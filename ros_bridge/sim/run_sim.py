@@ -75,10 +75,10 @@ def bridge_params(config: SimConfig, joint_names: list[str]) -> dict[str, Any]:
     wired = sorted(set(config.params) & set(WIRED))
     if unknown or wired:
         what = f"unknown bridge parameter(s) {unknown}" if unknown else f"{wired} are set by sim"
-        raise ValueError(f"vla-bridge sim: {what}")
+        raise ValueError(what)
     params = {**SIM_DEFAULTS, **config.params}
     if params["executor"] == "none":
-        raise ValueError("vla-bridge sim needs executor hold, interpolate or ensemble")
+        raise ValueError("the loop needs executor hold, interpolate or ensemble")
     instruction = config.instruction or INSTRUCTIONS.get(config.env_id)
     return (
         params
@@ -93,6 +93,12 @@ def bridge_params(config: SimConfig, joint_names: list[str]) -> dict[str, Any]:
             "control_rate_hz": float(config.rate_hz),
         }
     )
+
+
+def check_config(config: SimConfig) -> None:
+    """Raises ValueError for what the command line got wrong, before anything starts."""
+    _camera_rate(config)
+    bridge_params(config, [])
 
 
 def run_sim(
@@ -125,7 +131,9 @@ def run_sim(
         cleanup.callback(bridge.destroy_node)
         robot_node = rclpy.node.Node("aloha_sim")
         cleanup.callback(robot_node.destroy_node)
-        settings = StepSettings(config.seconds, config.rate_hz, _camera_rate(config))
+        settings = StepSettings(
+            config.seconds, config.rate_hz, _camera_rate(config), config.command_timeout_s
+        )
         topic = bridge.commands.topic_name
         robot = SimRobot(robot_node, env, settings, topic, list(config.cameras), recorder)
         _spin(cleanup, bridge, robot_node)

@@ -29,7 +29,10 @@ SUMMARY_KEYS = (
 def config_from(ns: argparse.Namespace) -> Any:
     from ros_bridge.sim.run_sim import SimConfig
 
-    width, height = (int(v) for v in ns.camera_size.lower().split("x"))
+    size = ns.camera_size.lower().split("x")
+    if len(size) != 2 or not all(v.isdigit() for v in size):
+        raise ValueError(f"--camera-size must be WIDTHxHEIGHT, got {ns.camera_size!r}")
+    width, height = (int(v) for v in size)
     return SimConfig(
         server_url=ns.server_url,
         env_id=ns.env,
@@ -44,6 +47,7 @@ def config_from(ns: argparse.Namespace) -> Any:
         params=dict(ns.param),
         record=ns.record,
         full_render=ns.full_render,
+        command_timeout_s=ns.command_timeout,
     )
 
 
@@ -53,13 +57,18 @@ def print_progress(line: dict[str, Any]) -> None:
 
 def command(ns: argparse.Namespace) -> None:
     extras.require("vla-bridge sim", (extras.GYM_ALOHA,), extra="sim")
-    from ros_bridge.sim.run_sim import run_sim
+    from ros_bridge.sim.run_sim import check_config, run_sim
     from ros_bridge.sim.sim_report import write_report
 
+    try:
+        config = config_from(ns)
+        check_config(config)
+    except ValueError as exc:
+        raise SystemExit(f"vla-bridge sim: {exc}") from None
     stop = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
-        report = run_sim(config_from(ns), stop, print_progress)
+        report = run_sim(config, stop, print_progress)
     finally:
         signal.signal(signal.SIGINT, previous)
     write_report(report, ns.report)

@@ -73,7 +73,8 @@ class CommandMailbox:
 
 @dataclass(frozen=True)
 class StepRecord:
-    stamp_ns: int  # the state's stamp (wall clock when the step began)
+    stamp_ns: int  # the state's stamp: the step's time on the fixed schedule (wall clock)
+    began_ns: int  # when the step actually began (wall clock): later after a stall
     kind: Kind
     source_ns: int | None
     target: np.ndarray  # the joint targets applied for this step

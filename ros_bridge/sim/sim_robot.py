@@ -1,12 +1,13 @@
 """The simulated robot on the ROS graph: joint states and cameras out, commands in.
 
-Each control step, in lockstep with the bridge's executor: publish the arms' JointState (stamped
-with the wall clock, like a robot driver), capture a camera frame every few steps, wait for the
-command answering that state (the one for its stamp + one control period), apply it for one
-control period of simulated time, then sleep until the next step is due. The schedule is fixed
-from the start: a late step does not shift the ones after it. A command that does not come
-within `command_timeout_s` leaves the arm on its previous target and the step is logged as
-having none.
+Each control step, in lockstep with the bridge's executor: publish the arms' JointState, capture
+a camera frame every few steps, wait for the command answering that state (the one for its stamp
++ one control period), apply it for one control period of simulated time, then sleep until the
+next step is due. The schedule is fixed from the start (wall clock): a late step does not shift
+the ones after it, and every stamp is the step's time on that schedule, as the simulated world
+advances exactly one period per step; how late a step really began is logged beside it. A
+command that does not come within `command_timeout_s` leaves the arm on its previous target and
+the step is logged as having none.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -91,27 +92,30 @@ class SimRobot:
         period_ns = round(NS_PER_S / s.rate_hz)
         camera_every = max(1, round(s.rate_hz / s.camera_rate_hz))
         target = self._env.positions()  # the arms hold their start pose until commanded
-        start_ns = time.monotonic_ns()
+        start_ns, start_wall_ns = time.monotonic_ns(), time.time_ns()
         for n in range(round(s.seconds * s.rate_hz)):
             if stop.is_set():
                 break
             _sleep_until(start_ns + n * period_ns)
-            stamp_ns = time.time_ns()
+            began_ns = time.time_ns()
+            stamp_ns = start_wall_ns + n * period_ns
             self._publish_state(stamp_ns)
             if n % camera_every == 0:
                 self.camera.capture(stamp_ns, self._env.snapshot())
             command = self._mailbox.take(stamp_ns + period_ns, s.command_timeout_s)
-            target = self._apply(stamp_ns, command, target)
+            target = self._apply(StepRecord(stamp_ns, began_ns, Kind.NONE, None, target), command)
             tick(n + 1)
 
-    def _apply(self, stamp_ns: int, command: StepCommand | None, target: np.ndarray) -> np.ndarray:
-        if command is not None and command.values is not None:
-            target = np.asarray(command.values, dtype=np.float64)
-        kind = Kind.NONE if command is None else command.kind
-        source = None if command is None else command.source_ns
-        self.log.steps.append(StepRecord(stamp_ns, kind, source, target))
-        self._env.step(target)
-        return target
+    def _apply(self, step: StepRecord, command: StepCommand | None) -> np.ndarray:
+        """Logs the step (what it applied) and runs it; returns the target applied."""
+        if command is not None:
+            target = step.target
+            if command.values is not None:
+                target = np.asarray(command.values, dtype=np.float64)
+            step = replace(step, kind=command.kind, source_ns=command.source_ns, target=target)
+        self.log.steps.append(step)
+        self._env.step(step.target)
+        return step.target
 
     def _publish_state(self, stamp_ns: int) -> None:
         msg = sensor_msgs.msg.JointState(

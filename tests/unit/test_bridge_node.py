@@ -305,3 +305,16 @@ def test_executor_on_a_timer_commands_the_chunk_at_each_ticks_offset(rig) -> Non
         assert (c.header.stamp.sec, c.header.stamp.nanosec) == (sec, nanosec)
         expected = min(max(offset_ns(c) / 2_000_000_000 - 1.0, 0.0), 2.0)
         assert list(c.points[0].positions) == pytest.approx([expected] * 3)
+
+
+def test_on_late_changed_at_runtime_reaches_the_executor(rig) -> None:
+    r = rig(FakeServer(action_dim=3), executor="hold", joint_states_topic="/joint_states")
+    states = r.probe.create_publisher(sensor_msgs.msg.JointState, "/joint_states", 10)
+    states.publish(joint_state(5 * 1_000_000_000, 0.5))
+    wait_for(lambda: len(r.commands) == 1)
+    assert list(r.commands[0].points[0].positions) == [0.5] * 3  # hold: the arm's position
+    (ok,) = r.node.set_parameters([Parameter("on_late", value="zero")])
+    assert ok.successful
+    states.publish(joint_state(6 * 1_000_000_000, 0.5))
+    wait_for(lambda: len(r.commands) == 2)
+    assert list(r.commands[1].points[0].positions) == [0.0] * 3

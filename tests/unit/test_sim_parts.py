@@ -65,7 +65,8 @@ def test_report_counts_add_up_and_the_jump_is_the_largest_target_step() -> None:
     kinds = [Kind.LATE, Kind.CHUNK, Kind.CHUNK, Kind.LATE, Kind.CHUNK]
     for n, (target, kind) in enumerate(zip(targets, kinds, strict=True)):
         source = n * 20_000_000 - 5 if kind is Kind.CHUNK else None
-        log.steps.append(StepRecord(n * 20_000_000, kind, source, np.array(target)))
+        began = n * 20_000_000 + (7_000_000 if n == 2 else 0)  # step 2 began 7 ms late
+        log.steps.append(StepRecord(n * 20_000_000, began, kind, source, np.array(target)))
     log.frames.append(FrameRecord(0, 3_000_000))
     run = SimRun(
         setup={"rate_hz": 50.0},
@@ -80,6 +81,7 @@ def test_report_counts_add_up_and_the_jump_is_the_largest_target_step() -> None:
     r = build_report(run)
     assert (r["steps"], r["actions_applied"], r["holds"], r["late_commands"]) == (5, 3, 2, 2)
     assert r["control_rate_hz"] == pytest.approx(50.0)
+    assert r["step_lateness_ms"] == {"p50": 0.0, "p99": pytest.approx(6.72), "max": 7.0}
     assert r["max_joint_jump"] == pytest.approx(0.3) and r["max_joint_jump_joint"] == "b"
     assert r["timeline"]["kind"] == "lcclc" and r["timeline"]["joint"] == "b"
     assert r["chunks"] == [{"stamp_s": 0.0, "frame_to_action_ms": 12.0}]
