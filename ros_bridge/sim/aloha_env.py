@@ -77,11 +77,16 @@ class AlohaEnv:
             for camera in self._cameras
         }
 
+    def free_renderer(self) -> None:
+        """Frees the rendering copy's GL context; call it on the thread that rendered (an EGL
+        context stays current on its thread and cannot be freed from another)."""
+        self._renderer.free()
+
     def close(self) -> None:
         # Free the GL contexts (the gym reset rendered with the first physics too) here: left
         # to the garbage collector, their __del__ can wait forever on dm_control's render thread.
         self._env.close()
-        self._renderer.free()
+        self._renderer.free()  # nothing left to do if free_renderer() ran
         self._physics.free()
 
     def _check_cameras(self) -> None:

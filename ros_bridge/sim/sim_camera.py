@@ -48,12 +48,15 @@ class SimCamera:
             self._thread.join(timeout_s)
 
     def _loop(self) -> None:
-        while (item := self._queue.get()) is not None:
-            stamp_ns, snapshot = item
-            images = self._env.render(snapshot)
-            for camera, pixels in images.items():
-                self._publish(camera, self._message(camera, stamp_ns, pixels))
-            self._log.add_frame(FrameRecord(stamp_ns, time.time_ns()))
+        try:
+            while (item := self._queue.get()) is not None:
+                stamp_ns, snapshot = item
+                images = self._env.render(snapshot)
+                for camera, pixels in images.items():
+                    self._publish(camera, self._message(camera, stamp_ns, pixels))
+                self._log.add_frame(FrameRecord(stamp_ns, time.time_ns()))
+        finally:
+            self._env.free_renderer()
 
     def _message(self, camera: str, stamp_ns: int, pixels: np.ndarray) -> Any:
         msg = sensor_msgs.msg.CompressedImage(
