@@ -82,3 +82,20 @@ def _trajectory(
         for values, offset_ns in points
     ]
     return msg
+
+
+def chunk_command_message(
+    mode: str,
+    values: Sequence[float],
+    *,
+    source: tuple[int, int],
+    offset_ns: int,
+    joint_names: Sequence[str],
+) -> Any:
+    """An executor's command taken from a chunk: in a JointTrajectory, `header.stamp` is the
+    stamp of the frame whose chunk it comes from and `time_from_start` its offset from it (so
+    stamp + time_from_start is the time the command is for)."""
+    check_width(values, joint_names)
+    if mode == FLOAT64_MULTIARRAY:
+        return std_msgs.msg.Float64MultiArray(data=[float(x) for x in values])
+    return _trajectory(source, joint_names, [(values, offset_ns)])

@@ -17,6 +17,7 @@ from ros_bridge.action_output import action_message, late_message, output_type
 from ros_bridge.bridge_params import PARAMS, PARAMS_BY_NAME, ParamSpec
 from ros_bridge.bridge_worker import BridgeWorker, FrameJob, WorkerConfig
 from ros_bridge.camera_frame import frame_from_msg
+from ros_bridge.chunk_output import ChunkOutput, action_rate_hz, executor_config
 from ros_bridge.compat import diagnostic_msgs, rcl_interfaces, rclpy, sensor_msgs
 from ros_bridge.frame_input import BadFrame, PreparedImage, prepare_image
 from ros_bridge.late_policy import LateCommand, parse_on_late
@@ -39,6 +40,9 @@ class VlaBridgeNode(rclpy.node.Node):
         self._mode = values["output"]
         output_type(self._mode)  # rejects an unknown output mode at start-up
         self.commands = self.create_publisher(output_type(self._mode), values["action_topic"], 10)
+        self.chunk_output = (
+            ChunkOutput(self, values, self.commands) if values["executor"] != "none" else None
+        )
         self.diagnostics = self.create_publisher(
             diagnostic_msgs.msg.DiagnosticArray, "/diagnostics", 1
         )
@@ -78,10 +82,13 @@ class VlaBridgeNode(rclpy.node.Node):
         values = self._values(params)
         try:
             config, budgets = _worker_config(values), _budgets(values)
+            chunks = executor_config(values) if self.chunk_output is not None else None
         except ValueError as exc:
             return rcl_interfaces.msg.SetParametersResult(successful=False, reason=str(exc))
         self.worker.set_config(config)
         self.monitor.set_budgets(budgets)
+        if self.chunk_output is not None and chunks is not None:
+            self.chunk_output.reconfigure(chunks)
         return rcl_interfaces.msg.SetParametersResult(successful=True)
 
     # --- camera input --------------------------------------------------------------------
@@ -120,6 +127,9 @@ class VlaBridgeNode(rclpy.node.Node):
 
     # --- ActionSink (called on the worker thread) ----------------------------------------
     def publish_action(self, stamp: tuple[int, int], index: int, action: Sequence[float]) -> None:
+        if self.chunk_output is not None:
+            self.chunk_output.add_action(stamp, index, action)
+            return
         values = self._values()
         self.commands.publish(
             action_message(
@@ -128,11 +138,14 @@ class VlaBridgeNode(rclpy.node.Node):
                 stamp=stamp,
                 index=index,
                 joint_names=values["joint_names"],
-                control_rate_hz=values["control_rate_hz"],
+                control_rate_hz=action_rate_hz(values),
             )
         )
 
     def publish_late(self, command: LateCommand) -> None:
+        if self.chunk_output is not None:
+            self.chunk_output.expire()  # the executor sends the on_late command every period
+            return
         now = self.get_clock().now().seconds_nanoseconds()
         joint_names = self._values()["joint_names"]
         msg = late_message(self._mode, command, stamp=now, joint_names=joint_names)
@@ -202,6 +215,7 @@ def _worker_config(values: dict[str, Any]) -> WorkerConfig:
         deadline_ms=values["deadline_ms"],
         on_late=parse_on_late(values["on_late"]),
         action_width=len(values["joint_names"]) or None,
+        chunk_span_ms=(values["num_actions"] - 1) * 1000.0 / action_rate_hz(values),
     )
 
 

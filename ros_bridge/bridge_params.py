@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from ros_bridge.chunk_executor import ExecutorMode
 from ros_bridge.late_policy import OnLate
 from ros_bridge.output_modes import OUTPUT_MODES
 
@@ -40,7 +41,12 @@ PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec("num_actions", 1, "action vectors to generate per frame", True),
     ParamSpec("priority", 0, "request priority (server scheduling)", True),
     ParamSpec("session", "", "session id; open a new one per episode ('' = none)", True),
-    ParamSpec("control_rate_hz", 10.0, "controller rate: spacing of trajectory points", True),
+    ParamSpec(
+        "control_rate_hz",
+        10.0,
+        "controller rate: the executor's command rate; also the actions' spacing by default",
+        True,
+    ),
     ParamSpec("deadline_ms", 500.0, "frame arrival to first action budget; late: on_late", True),
     ParamSpec("ttft_budget_ms", 250.0, "P99 time-to-first-token budget (WARN above)", True),
     ParamSpec("itl_p99_budget_ms", 100.0, "P99 inter-token latency budget (WARN above)", True),
@@ -58,6 +64,21 @@ PARAMS: tuple[ParamSpec, ...] = (
         choices=OUTPUT_MODES,
     ),
     ParamSpec("joint_names", [], "joint names, in action order (checks the action width)"),
+    ParamSpec(
+        "executor",
+        ExecutorMode.NONE.value,
+        "action chunks to one command per control period: none (publish each action as it "
+        "streams), hold, interpolate or ensemble (ACT temporal ensembling)",
+        choices=tuple(m.value for m in ExecutorMode),
+    ),
+    ParamSpec("action_rate_hz", 0.0, "rate of a chunk's actions, their spacing (0 = control)"),
+    ParamSpec("ensemble_coeff", 0.01, "ensemble weight exp(-coeff * age in action periods)"),
+    ParamSpec(
+        "joint_states_topic",
+        "",
+        "executor clock: '' = a timer at control_rate_hz; a JointState topic = one command per "
+        "state message, for its stamp + one control period (lockstep with a robot or a sim)",
+    ),
     ParamSpec("action_topic", "commands", "topic the commands are published on"),
     ParamSpec("max_new_tokens", 0, "token cap per request (0 = the server's choice)", True),
     ParamSpec("diagnostics_period_s", 1.0, "seconds between /diagnostics messages"),

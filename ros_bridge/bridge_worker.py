@@ -46,6 +46,9 @@ class WorkerConfig:
     deadline_ms: float = 500.0
     on_late: OnLate = OnLate.HOLD
     action_width: int | None = None  # len(joint_names) when configured
+    # From a chunk's first action to its last (num_actions - 1 action periods): the server is
+    # asked to finish the whole chunk by the first action's deadline plus this.
+    chunk_span_ms: float = 0.0
 
 
 class ActionSink(Protocol):
@@ -293,6 +296,7 @@ class BridgeWorker:
         while True:
             settings = self.config.request  # one snapshot per attempt: set_config may swap it
             remaining_ms = (ticket.deadline_s - time.monotonic()) * 1000.0
+            remaining_ms += self.config.chunk_span_ms
             body = build_body(
                 settings,
                 images,

@@ -1,4 +1,4 @@
-"""`vla-bridge`: the bridge off ROS (run), and bag tools (replay, record).
+"""`vla-bridge`: the bridge off ROS (run), bag tools (replay, record), a simulated robot (sim).
 
 `vla-bridge [run] [--model M] [--port P] [--camera TOPIC] [--<parameter> VALUE ...]` starts
 `vla-server serve` and VlaBridgeNode on the shim, with the same arguments (and defaults) as
@@ -82,6 +82,17 @@ def _param_pair(text: str) -> tuple[str, Any]:
     return name, yaml.safe_load(value)
 
 
+def add_param_option(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument(
+        "--param",
+        type=_param_pair,
+        action="append",
+        default=[],
+        metavar="NAME:=VALUE",
+        help=help_text,
+    )
+
+
 def add_replay_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("bag", type=Path, help="rosbag2 folder (mcap or sqlite3)")
     parser.add_argument("--server-url", required=True)
@@ -90,14 +101,7 @@ def add_replay_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate", type=float, default=1.0, help="playback speed factor")
     parser.add_argument("--instruction", default=None)
     parser.add_argument("--plot", type=Path, default=None, help="also write this PNG")
-    parser.add_argument(
-        "--param",
-        type=_param_pair,
-        action="append",
-        default=[],
-        metavar="NAME:=VALUE",
-        help="another node parameter",
-    )
+    add_param_option(parser, "another node parameter")
 
 
 def add_record_args(parser: argparse.ArgumentParser) -> None:
@@ -108,6 +112,28 @@ def add_record_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=None, help="seconds (default: ^C)")
     parser.add_argument("--frames", type=int, default=None, help="stop after this many")
     parser.add_argument("--transport", choices=("dds", "inproc"), default="dds")
+
+
+def add_sim_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--server-url", required=True)
+    parser.add_argument("--report", type=Path, required=True, help="JSON report to write")
+    parser.add_argument("--env", default="gym_aloha/AlohaInsertion-v0", help="gym-aloha task")
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--rate", type=float, default=50.0, help="control rate (Hz)")
+    parser.add_argument("--camera-rate", type=float, default=10.0, help="frames per second")
+    parser.add_argument("--cameras", default="top", help="comma-separated ALOHA camera names")
+    parser.add_argument("--camera-size", default="640x480", help="WIDTHxHEIGHT")
+    parser.add_argument("--instruction", default=None)
+    parser.add_argument("--seed", type=int, default=0, help="the task's reset seed")
+    parser.add_argument(
+        "--full-render", action="store_true", help="shadows and anti-aliasing (~7x the CPU)"
+    )
+    parser.add_argument(
+        "--command-timeout", type=float, default=1.0, help="seconds a step waits for its command"
+    )
+    parser.add_argument("--record", type=Path, default=None, help="rosbag2 (mcap) to write")
+    parser.add_argument("--plot", type=Path, default=None, help="also write this PNG")
+    add_param_option(parser, "a bridge parameter (e.g. executor:=interpolate)")
 
 
 @dataclass(frozen=True)
@@ -121,6 +147,7 @@ COMMANDS = {
     "run": Command("ros_bridge.run", add_run_args, (extras.YAML,)),
     "replay": Command("ros_bridge.replay", add_replay_args, (extras.YAML, extras.ROSBAGS)),
     "record": Command("ros_bridge.record", add_record_args, (extras.YAML, extras.ROSBAGS)),
+    "sim": Command("ros_bridge.sim.sim_command", add_sim_args, (extras.YAML, extras.ROSBAGS)),
 }
 
 

@@ -38,6 +38,11 @@ class BagRecorder:
         self._writer.write(conn, frame.recv_ns, raw)
         self.frames_written += 1
 
+    def write_cdr(self, topic: str, msgtype: str, raw: bytes, recv_ns: int) -> None:
+        """Any other message, already serialized (CDR with its encapsulation header, as
+        rclpy.serialization.serialize_message gives it)."""
+        self._writer.write(self._connection(topic, msgtype), recv_ns, raw)
+
     def close(self) -> None:
         self._writer.close()
 

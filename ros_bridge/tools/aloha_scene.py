@@ -1,7 +1,7 @@
 """The ALOHA transfer-cube scene (gym-aloha / MuJoCo), rendered offscreen while scripted arms move.
 
-Needs `gym-aloha` (which is not a project dependency: it pins its own MuJoCo stack, so it lives
-in a separate venv) and an offscreen GL: MUJOCO_GL=egl (default here) or osmesa.
+Needs `gym-aloha` (the `[sim]` extra) and an offscreen GL: MUJOCO_GL=egl (default here) or
+osmesa.
 """
 
 from __future__ import annotations
@@ -28,37 +28,18 @@ class AlohaScene:
         self, cameras: Sequence[str], width: int, height: int, motion: ArmMotion, seed: int
     ) -> None:
         os.environ.setdefault("MUJOCO_GL", "egl")  # must be set before MuJoCo loads
-        import gym_aloha  # noqa: F401  (registers the gym_aloha/* environments)
-        import gymnasium
+        from ros_bridge.sim.aloha_env import AlohaEnv
 
-        self._env = gymnasium.make(ENV_ID, obs_type="pixels_agent_pos")
-        observation, _ = self._env.reset(seed=seed)
-        # The gym wrapper hides its dm_control environment; we need its task and physics.
-        self._control = self._env.unwrapped._env
-        self._physics = self._control.physics
-        self._check_cameras(cameras)
-        self._cameras, self._width, self._height = list(cameras), width, height
-        self._home = np.asarray(observation["agent_pos"], dtype=np.float64)
+        self._env = AlohaEnv(ENV_ID, seed, cameras, width, height)
+        self._home = self._env.positions()
         self._motion, self._sim_time = motion, 0.0
-        self._control_dt = self._control.control_timestep()
-        self._sub_steps = round(self._control_dt / self._physics.timestep())
+        self._control_dt = self._env.control_period_s
 
     def render(self, motion_time_s: float) -> dict[str, np.ndarray]:
         while self._sim_time + self._control_dt / 2 <= motion_time_s:
             self._sim_time += self._control_dt
-            self._step(self._action(self._sim_time))
-        return {
-            camera: self._physics.render(height=self._height, width=self._width, camera_id=camera)
-            for camera in self._cameras
-        }
-
-    def _step(self, action: np.ndarray) -> None:
-        # dm_control's Environment.step minus its observation, which renders three 640x480
-        # cameras every 20 ms control step (~5x the cost of the physics, and never used here).
-        task = self._control.task
-        task.before_step(action, self._physics)
-        self._physics.step(self._sub_steps)
-        task.after_step(self._physics)
+            self._env.step(self._action(self._sim_time))
+        return self._env.render(self._env.snapshot())
 
     def close(self) -> None:
         self._env.close()
@@ -68,10 +49,3 @@ class AlohaScene:
         grippers = list(GRIPPER_INDICES)
         action[grippers] = np.clip(action[grippers], 0.0, 1.0)
         return action.astype(np.float32)
-
-    def _check_cameras(self, cameras: Sequence[str]) -> None:
-        model = self._physics.model
-        known = [model.camera(i).name for i in range(model.ncam)]
-        unknown = [c for c in cameras if c not in known]
-        if unknown:
-            raise ValueError(f"unknown ALOHA camera(s) {unknown}; the scene has {known}")

@@ -238,3 +238,83 @@ def test_two_cameras_send_two_images_per_request(rig) -> None:
     (body,) = server.accepted
     assert len(body["image_data"]) == 2 and len(set(body["mm_hashes"])) == 2
     assert r.commands[0].header.stamp.sec == 3  # the trigger camera's stamp
+
+
+def joint_state(stamp_ns: int, position: float) -> Any:
+    msg = sensor_msgs.msg.JointState(name=["a", "b", "c"], position=[position] * 3)
+    sec, nanosec = divmod(stamp_ns, 1_000_000_000)
+    msg.header.stamp = builtin_interfaces.msg.Time(sec=sec, nanosec=nanosec)
+    return msg
+
+
+def offset_ns(command: Any) -> int:
+    tfs = command.points[0].time_from_start
+    return tfs.sec * 1_000_000_000 + tfs.nanosec
+
+
+def test_executor_answers_each_joint_state_with_the_command_for_the_next_period(rig) -> None:
+    """Lockstep: a state stamped t gets the command for t + 20 ms. The fake server's chunk for
+    the frame stamped F is [0]*3, [1]*3, [2]*3, due at F + 100, 200, 300 ms (10 Hz actions)."""
+    r = rig(
+        FakeServer(action_dim=3),
+        num_actions=3,
+        executor="interpolate",
+        action_rate_hz=10.0,
+        control_rate_hz=50.0,
+        joint_states_topic="/joint_states",
+    )
+    states = r.probe.create_publisher(sensor_msgs.msg.JointState, "/joint_states", 10)
+    frame_ns = 41 * 1_000_000_000 + 500
+    states.publish(joint_state(frame_ns - 20_000_000, 0.5))  # no chunk yet: hold the arm
+    wait_for(lambda: len(r.commands) == 1)
+    held = r.commands[0]
+    assert (held.header.stamp.sec, held.header.stamp.nanosec) == (41, 500)  # its target
+    assert offset_ns(held) == 0 and list(held.points[0].positions) == [0.5] * 3
+    r.publish(image(41))
+    wait_for(lambda: r.node.chunk_output.executor.counters.actions_received == 3)
+    states.publish(joint_state(frame_ns + 230_000_000, 0.5))  # for F + 250 ms: halfway 1 -> 2
+    wait_for(lambda: len(r.commands) == 2)
+    command = r.commands[1]
+    assert (command.header.stamp.sec, command.header.stamp.nanosec) == (41, 500)  # the frame
+    assert offset_ns(command) == 250_000_000
+    assert list(command.points[0].positions) == pytest.approx([1.5] * 3)
+    states.publish(joint_state(frame_ns + 400_000_000, 0.5))  # past the chunk: on_late hold
+    wait_for(lambda: len(r.commands) == 3)
+    assert offset_ns(r.commands[2]) == 0
+    assert list(r.commands[2].points[0].positions) == pytest.approx([1.5] * 3)
+
+
+def test_executor_on_a_timer_commands_the_chunk_at_each_ticks_offset(rig) -> None:
+    """Without joint states the executor ticks on the node's clock: each command is the
+    chunk's interpolation at its own offset from the frame stamp (actions [i]*3 due at
+    F + (i + 1) * 2 s; the frame is stamped 2.5 s ago, so the chunk covers the next 3.5 s)."""
+    r = rig(
+        FakeServer(action_dim=3, token_delay_s=0.0),
+        num_actions=3,
+        executor="interpolate",
+        action_rate_hz=0.5,
+        control_rate_hz=50.0,
+    )
+    frame_ns = time.time_ns() - 2_500_000_000
+    msg = image(0)
+    sec, nanosec = divmod(frame_ns, 1_000_000_000)
+    msg.header.stamp = builtin_interfaces.msg.Time(sec=sec, nanosec=nanosec)
+    r.publish(msg)
+    wait_for(lambda: len([c for c in r.commands if offset_ns(c) > 0]) >= 3)
+    for c in [c for c in r.commands if offset_ns(c) > 0]:
+        assert (c.header.stamp.sec, c.header.stamp.nanosec) == (sec, nanosec)
+        expected = min(max(offset_ns(c) / 2_000_000_000 - 1.0, 0.0), 2.0)
+        assert list(c.points[0].positions) == pytest.approx([expected] * 3)
+
+
+def test_on_late_changed_at_runtime_reaches_the_executor(rig) -> None:
+    r = rig(FakeServer(action_dim=3), executor="hold", joint_states_topic="/joint_states")
+    states = r.probe.create_publisher(sensor_msgs.msg.JointState, "/joint_states", 10)
+    states.publish(joint_state(5 * 1_000_000_000, 0.5))
+    wait_for(lambda: len(r.commands) == 1)
+    assert list(r.commands[0].points[0].positions) == [0.5] * 3  # hold: the arm's position
+    (ok,) = r.node.set_parameters([Parameter("on_late", value="zero")])
+    assert ok.successful
+    states.publish(joint_state(6 * 1_000_000_000, 0.5))
+    wait_for(lambda: len(r.commands) == 2)
+    assert list(r.commands[1].points[0].positions) == [0.0] * 3

@@ -69,6 +69,7 @@ from vla_server.model.demo_tokenizer import (
 )
 
 DEMO_NAME = "demo-vla-v2"  # bump the version whenever the recipe changes: the cache rebuilds
+ALOHA_DEMO_NAME = "demo-vla-aloha-v1"
 IMAGE_SIZE, PATCH_SIZE = 224, 16
 ACTION_DIM = 7
 SEED = 1234
@@ -91,6 +92,23 @@ NORM_STATS = {
             "mask": [True, True, True, True, True, True, False],
         }
     },
+}
+
+# gym-aloha's bimanual action: per arm 6 joint positions (rad) + the gripper normalised to
+# [0, 1] (0 closed, 1 open); the same statistics for both arms. The ranges stay inside the
+# ViperX joint limits, around the simulator's start pose, so that any output of the (random)
+# demo model is a valid, reachable joint target.
+_ALOHA_ARM_Q01 = [-0.5, -1.2, 0.6, -0.5, -0.8, -0.5, 0.0]
+_ALOHA_ARM_Q99 = [0.5, -0.2, 1.4, 0.5, 0.4, 0.5, 1.0]
+ALOHA_ACTION_DIM = 14
+ALOHA_NORM_STATS = {
+    "aloha": {
+        "action": {
+            "q01": _ALOHA_ARM_Q01 * 2,
+            "q99": _ALOHA_ARM_Q99 * 2,
+            "mask": [True] * ALOHA_ACTION_DIM,
+        }
+    }
 }
 
 
@@ -194,13 +212,51 @@ def make_demo_model(out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
     demo_processor(tokenizer).save_pretrained(out_dir)
-    text = json.dumps(action_tokenizer_config(tokenizer), indent=2) + "\n"
-    (out_dir / "action_tokenizer.json").write_text(text, encoding="utf-8")
+    _write_action_tokenizer(out_dir, action_tokenizer_config(tokenizer))
     n_params = sum(p.numel() for p in model.parameters())
     print(f"vla-server: demo VLA ready ({n_params / 1e6:.2f}M parameters)", flush=True)
     return out_dir
 
 
+def _write_action_tokenizer(out_dir: Path, config: dict) -> None:
+    text = json.dumps(config, indent=2) + "\n"
+    (out_dir / "action_tokenizer.json").write_text(text, encoding="utf-8")
+
+
+def make_aloha_demo_model(out_dir: Path) -> Path:
+    """The demo checkpoint with an action head for gym-aloha's two arms: the same weights and
+    files, but 14-dim actions un-normalised with the `aloha` statistics (its only key)."""
+    make_demo_model(out_dir)
+    path = Path(out_dir) / "action_tokenizer.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config.update(action_dim=ALOHA_ACTION_DIM, norm_stats=ALOHA_NORM_STATS)
+    _write_action_tokenizer(Path(out_dir), config)
+    return Path(out_dir)
+
+
 def demo_model_path(cache_dir: Path | None = None) -> Path:
     """The demo checkpoint's folder in the cache, built on first use."""
     return cached_folder(DEMO_NAME, make_demo_model, cache_dir)
+
+
+def aloha_demo_model_path(cache_dir: Path | None = None) -> Path:
+    """The ALOHA variant's folder in the cache (`vla-bridge sim` drives the arms with it)."""
+    return cached_folder(ALOHA_DEMO_NAME, make_aloha_demo_model, cache_dir)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m vla_server.model.demo [aloha]`: builds (once) and prints the folder."""
+    import argparse
+    import contextlib
+    import sys
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("variant", nargs="?", choices=("arm", "aloha"), default="arm")
+    variant = parser.parse_args(argv).variant
+    with contextlib.redirect_stdout(sys.stderr):  # the build's progress; stdout is the path
+        path = aloha_demo_model_path() if variant == "aloha" else demo_model_path()
+    print(path)
+
+
+if __name__ == "__main__":
+    main()
