@@ -1,0 +1,111 @@
+"""The ROS 2 graph over DDS: discovery's built-in topics plus rmw's `ros_discovery_info`.
+
+Cyclone's built-in readers report every participant, reader and writer of the domain (ours too);
+`ros_discovery_info` carries each participant's `ParticipantEntitiesInfo` (its nodes and their
+endpoints' GIDs), published as rmw_cyclonedds publishes it: on that bare topic name, reliable,
+transient local, keep-last 1, re-sent whole whenever a node or an endpoint comes or goes. The
+reader keeps all samples and skips our own, as rmw's does.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from cyclonedds.builtin import (
+    BuiltinDataReader,
+    BuiltinTopicDcpsParticipant,
+    BuiltinTopicDcpsPublication,
+    BuiltinTopicDcpsSubscription,
+)
+from cyclonedds.core import InstanceState, Listener
+from cyclonedds.domain import DomainParticipant
+
+from ros_bridge.shim.cdr import deserialize_message, serialize_message
+from ros_bridge.shim.graph import Endpoint, GraphCache, NodeEntities, nodes_of, participant_info
+from ros_bridge.shim.rclpy.qos import (
+    DurabilityPolicy,
+    HistoryPolicy,
+    QoSProfile,
+    ReliabilityPolicy,
+)
+from ros_bridge.shim.rmw_dds_common.msg import ParticipantEntitiesInfo
+from ros_bridge.shim.transport.dds_types import delete_entity
+
+DISCOVERY_TOPIC = "ros_discovery_info"
+_RELIABLE, _LOCAL = ReliabilityPolicy.RELIABLE, DurabilityPolicy.TRANSIENT_LOCAL
+WRITER_QOS = QoSProfile(
+    depth=1, reliability=_RELIABLE, durability=_LOCAL, avoid_ros_namespace_conventions=True
+)
+READER_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_ALL,
+    reliability=_RELIABLE,
+    durability=_LOCAL,
+    avoid_ros_namespace_conventions=True,
+)
+_TAKE_BATCH = 64
+_log = logging.getLogger(__name__)
+
+
+class DdsDiscovery:
+    """Keeps `graph` up to date; `publish(nodes)` announces this participant's nodes."""
+
+    def __init__(self, transport: Any, participant: DomainParticipant, graph: GraphCache) -> None:
+        self._gid = participant.guid.bytes
+        self._graph = graph
+        self._builtin = [
+            BuiltinDataReader(participant, topic, listener=Listener(on_data_available=handler))
+            for topic, handler in (
+                (BuiltinTopicDcpsParticipant, self._on_participants),
+                (BuiltinTopicDcpsPublication, lambda r: self._on_endpoints(r, is_reader=False)),
+                (BuiltinTopicDcpsSubscription, lambda r: self._on_endpoints(r, is_reader=True)),
+            )
+        ]
+        info = ParticipantEntitiesInfo
+        self._writer = transport.create_writer(DISCOVERY_TOPIC, info, WRITER_QOS)
+        self._reader = transport.create_reader(DISCOVERY_TOPIC, info, READER_QOS, self._on_info)
+
+    def publish(self, nodes: list[NodeEntities]) -> None:
+        self._graph.update_participant(self._gid, nodes)
+        self._writer.write(serialize_message(participant_info(self._gid, nodes)))
+
+    def _on_info(self, payload: bytes) -> None:
+        info = deserialize_message(payload, ParticipantEntitiesInfo)
+        gid = info.gid.data.tobytes()
+        if gid != self._gid:  # our own nodes are known without the network
+            self._graph.update_participant(gid, nodes_of(info))
+
+    def _on_participants(self, reader: BuiltinDataReader | None) -> None:
+        if reader is None:  # Cyclone calls listeners of a reader being deleted with no reader
+            return
+        try:
+            while samples := reader.take(N=_TAKE_BATCH):
+                for sample in samples:
+                    if sample.sample_info.instance_state != InstanceState.Alive:
+                        self._graph.remove_participant(sample.key.bytes)
+        except Exception:  # never unwind into Cyclone's thread
+            _log.exception("discovery: dropping participant updates")
+
+    def _on_endpoints(self, reader: BuiltinDataReader | None, *, is_reader: bool) -> None:
+        if reader is None:
+            return
+        try:
+            while samples := reader.take(N=_TAKE_BATCH):
+                for sample in samples:
+                    self._on_endpoint(sample, is_reader)
+        except Exception:
+            _log.exception("discovery: dropping endpoint updates")
+
+    def _on_endpoint(self, sample: Any, is_reader: bool) -> None:
+        gid = sample.key.bytes
+        if sample.sample_info.instance_state != InstanceState.Alive:
+            self._graph.remove_endpoint(gid)
+        elif sample.sample_info.valid_data and not sample.topic_name.startswith("DCPS"):
+            participant = sample.participant_key.bytes
+            endpoint = Endpoint(gid, sample.topic_name, sample.type_name, participant, is_reader)
+            self._graph.add_endpoint(endpoint)
+
+    def close(self) -> None:
+        for reader in self._builtin:
+            delete_entity(reader)
+        self._builtin.clear()
