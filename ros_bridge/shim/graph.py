@@ -179,12 +179,16 @@ def dds_type_name(ros_type_name: str) -> str:
 
 
 def ros_name(topic: str) -> tuple[str, str] | None:
-    """('topic' | 'service', ROS name) for a DDS topic name; None for DDS-only topics."""
+    """('topic' | 'request' | 'reply', ROS name) for a DDS topic name (a service's request or
+    reply topic gives the service's name); None for DDS-only topics."""
     if topic.startswith(TOPIC_PREFIX + "/"):
         return "topic", topic[len(TOPIC_PREFIX) :]
-    for prefix, suffix in ((REQUEST_PREFIX, REQUEST_SUFFIX), (REPLY_PREFIX, REPLY_SUFFIX)):
+    for kind, prefix, suffix in (
+        ("request", REQUEST_PREFIX, REQUEST_SUFFIX),
+        ("reply", REPLY_PREFIX, REPLY_SUFFIX),
+    ):
         if topic.startswith(prefix + "/") and topic.endswith(suffix):
-            return "service", topic[len(prefix) : -len(suffix)]
+            return kind, topic[len(prefix) : -len(suffix)]
     return None
 
 
@@ -200,11 +204,14 @@ def ros_type(dds_type: str) -> str:
     return f"{parts[0]}/{parts[1]}/{name}"
 
 
-def names_and_types(endpoints: list[Endpoint], kind: str) -> list[tuple[str, list[str]]]:
-    """Sorted (ROS name, sorted types) of the `kind` ('topic' | 'service') among `endpoints`."""
+def names_and_types(
+    endpoints: list[Endpoint], kinds: tuple[str, ...]
+) -> list[tuple[str, list[str]]]:
+    """Sorted (ROS name, sorted types) of the endpoints whose topic is of one of `kinds`
+    ('topic', 'request', 'reply': see `ros_name`)."""
     found: dict[str, set[str]] = {}
     for endpoint in endpoints:
         named = ros_name(endpoint.topic)
-        if named is not None and named[0] == kind:
+        if named is not None and named[0] in kinds:
             found.setdefault(named[1], set()).add(ros_type(endpoint.type_name))
     return [(name, sorted(types)) for name, types in sorted(found.items())]

@@ -65,6 +65,13 @@ class Subscription:
     def decode(self, payload: bytes) -> Any:
         return payload if self.raw else deserialize_message(payload, self.msg_type)
 
+    def run(self, msg: Any) -> None:
+        self.callback(msg)
+
+    @property
+    def gids(self) -> tuple[bytes, ...]:
+        return (self._reader.gid,) if self._reader is not None else ()
+
     def get_publisher_count(self) -> int:
         return self._reader.matched_count() if self._reader else 0
 

@@ -128,6 +128,9 @@ class DdsReader:
         listener = Listener(on_data_available=self._on_data_available)
         self.entity = DataReader(participant, topic, qos=qos, listener=listener)
         self.gid = self.entity.guid.bytes
+        # Historical (transient local) samples of writers in this process arrive while the reader
+        # is created, without a data-available call: take them now.
+        self._on_data_available(self.entity)
 
     def _on_data_available(self, reader: DataReader | None) -> None:
         if reader is None:  # Cyclone calls listeners of a reader being deleted with no reader

@@ -9,6 +9,7 @@ reader keeps all samples and skips our own, as rmw's does.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -23,6 +24,7 @@ from cyclonedds.domain import DomainParticipant
 
 from ros_bridge.shim.cdr import deserialize_message, serialize_message
 from ros_bridge.shim.graph import Endpoint, GraphCache, NodeEntities, nodes_of, participant_info
+from ros_bridge.shim.rclpy.exceptions import RCLError
 from ros_bridge.shim.rclpy.qos import (
     DurabilityPolicy,
     HistoryPolicy,
@@ -53,21 +55,25 @@ class DdsDiscovery:
     def __init__(self, transport: Any, participant: DomainParticipant, graph: GraphCache) -> None:
         self._gid = participant.guid.bytes
         self._graph = graph
-        self._builtin = [
-            BuiltinDataReader(participant, topic, listener=Listener(on_data_available=handler))
-            for topic, handler in (
-                (BuiltinTopicDcpsParticipant, self._on_participants),
-                (BuiltinTopicDcpsPublication, lambda r: self._on_endpoints(r, is_reader=False)),
-                (BuiltinTopicDcpsSubscription, lambda r: self._on_endpoints(r, is_reader=True)),
+        self._builtin = []
+        for topic, handler in (
+            (BuiltinTopicDcpsParticipant, self._on_participants),
+            (BuiltinTopicDcpsPublication, lambda r: self._on_endpoints(r, is_reader=False)),
+            (BuiltinTopicDcpsSubscription, lambda r: self._on_endpoints(r, is_reader=True)),
+        ):
+            reader = BuiltinDataReader(
+                participant, topic, listener=Listener(on_data_available=handler)
             )
-        ]
+            handler(reader)  # what was known before the reader existed raised no listener call
+            self._builtin.append(reader)
         info = ParticipantEntitiesInfo
         self._writer = transport.create_writer(DISCOVERY_TOPIC, info, WRITER_QOS)
         self._reader = transport.create_reader(DISCOVERY_TOPIC, info, READER_QOS, self._on_info)
 
     def publish(self, nodes: list[NodeEntities]) -> None:
         self._graph.update_participant(self._gid, nodes)
-        self._writer.write(serialize_message(participant_info(self._gid, nodes)))
+        with contextlib.suppress(RCLError):  # a node destroyed after its context shut down
+            self._writer.write(serialize_message(participant_info(self._gid, nodes)))
 
     def _on_info(self, payload: bytes) -> None:
         info = deserialize_message(payload, ParticipantEntitiesInfo)

@@ -117,7 +117,8 @@ def dds_client(
     client = FramedClient(deliver, ready=lambda: _service_ready(client))
     writer = transport.writer(request, srv_type.Request, qos, data, header=True)
     reader = transport.reader(reply, srv_type.Response, qos, data, client.on_reply, header=True)
-    client.attach(writer, reader, writer.entity.instance_handle)  # rmw's client id
+    # rmw's client id: the request writer's instance handle (a uint64; Python may see it signed)
+    client.attach(writer, reader, writer.entity.instance_handle % 2**64)
     return client
 
 
