@@ -176,6 +176,7 @@ def test_log_lines_at_or_above_the_level_go_to_rosout() -> None:
     rclpy.init(transport="inproc")
     node = Node("talker")
     try:
+        node.get_logger().set_level(LoggingSeverity.INFO)  # other tests may have set it
         node.get_logger().info("before anyone listened")
         node.get_logger().debug("below the level")
         probe = Node("probe")
