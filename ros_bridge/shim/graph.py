@@ -172,6 +172,14 @@ def wire_name(
     return name + suffix if avoid_ros_conventions else prefix + name + suffix
 
 
+def service_topics(name: str, avoid_ros_conventions: bool) -> tuple[str, str]:
+    """The DDS topics of service `name`: (requests, replies)."""
+    return (
+        wire_name(name, avoid_ros_conventions, REQUEST_PREFIX, REQUEST_SUFFIX),
+        wire_name(name, avoid_ros_conventions, REPLY_PREFIX, REPLY_SUFFIX),
+    )
+
+
 def dds_type_name(ros_type_name: str) -> str:
     """'sensor_msgs/msg/Image' -> 'sensor_msgs::msg::dds_::Image_' (rmw's mangling)."""
     package, kind, name = ros_type_name.split("/")

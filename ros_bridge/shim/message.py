@@ -87,6 +87,31 @@ class ServiceType:
     Response: ClassVar[type[Message]]
 
 
+def service_type(
+    type_name: str,
+    request: tuple[tuple[str, Any], ...],
+    response: tuple[tuple[str, Any], ...],
+    hashes: tuple[str, str, str],
+    request_constants: dict[str, Any] | None = None,
+) -> type[ServiceType]:
+    """The service `type_name` ('pkg/srv/Name') with its `Name_Request` and `Name_Response`
+    messages; `hashes` are the RIHS01 hashes of the service, its request and its response."""
+    name = type_name.rsplit("/", 1)[1]
+
+    def part(suffix: str, fields: tuple[tuple[str, Any], ...], type_hash: str, extra: dict) -> Any:
+        namespace = {"_type_name_": f"{type_name}_{suffix}", "_type_hash_": type_hash}
+        namespace |= {"_fields_": fields, "__qualname__": f"{name}_{suffix}", **extra}
+        return _MessageMeta(f"{name}_{suffix}", (Message,), namespace)
+
+    namespace = {
+        "_type_name_": type_name,
+        "_type_hash_": hashes[0],
+        "Request": part("Request", request, hashes[1], request_constants or {}),
+        "Response": part("Response", response, hashes[2], {}),
+    }
+    return type(name, (ServiceType,), namespace)
+
+
 def _same(mine: Any, theirs: Any) -> bool:
     if isinstance(mine, np.ndarray) or isinstance(theirs, np.ndarray):
         return bool(np.array_equal(mine, theirs))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from rosbags.typesys import Stores, get_typestore, get_types_from_msg
+from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 from rosbags.typesys.store import Typestore
 
 # rcl_interfaces/srv/*.srv, request and response (comments left out).

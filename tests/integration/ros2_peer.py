@@ -38,10 +38,10 @@ from cyclonedds.pub import DataWriter
 from cyclonedds.sub import DataReader
 from cyclonedds.topic import Topic
 
+from tests.helpers.waiting import wait_until
 from tests.integration import ros2_peer_types as T
 
 NODE = "ros2_peer"
-WAIT_S = 30.0
 
 
 def qos(depth: int | None, *, local: bool = False, user_data: bytes = b"") -> Qos:
@@ -163,11 +163,13 @@ class Peer:
         reply_qos = qos(1000, user_data=data)
         replies = Collector(self.participant, f"rr{service}Reply", reply_type, reply_qos)
         try:
-            _wait(lambda: writer.get_publication_matched_status().current_count, service)
-            _wait(lambda: replies.reader.get_subscription_matched_status().current_count, service)
+            wait_until(lambda: writer.get_publication_matched_status().current_count, service)
+            wait_until(
+                lambda: replies.reader.get_subscription_matched_status().current_count, service
+            )
             guid = writer.instance_handle % 2**64  # rmw's client id: the writer's handle
             writer.write(request_type(guid=guid, seq=1, **fields))
-            return _wait(
+            return wait_until(
                 lambda: [r for r in replies.snapshot() if (r.guid, r.seq) == (guid, 1)],
                 f"a reply from {service}",
             )[0]
@@ -238,16 +240,6 @@ def _value_fields(given: dict[str, Any]) -> dict[str, Any]:
         "string_array_value": [],
     }
     return fields | given
-
-
-def _wait(probe: Callable[[], Any], what: str) -> Any:
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        found = probe()
-        if found:
-            return found
-        time.sleep(0.02)
-    raise TimeoutError(f"no {what} within {WAIT_S} s")
 
 
 def main() -> int:

@@ -18,8 +18,7 @@ import socket
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,23 +28,14 @@ import pytest
 from ros_bridge import compat
 from ros_bridge.shim.transport.dds import LOOPBACK_CONFIG
 from tests.helpers.paths import REPO
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(
     not compat.USING_SHIM, reason="the shim's DDS transport is under test"
 )
-WAIT_S = 90.0
+WAIT_S = 90.0  # discovery and CLI processes on a loaded 2-core machine
 BRIDGE = "/vla_bridge"
 DOUBLE = 3
-
-
-def poll(probe: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = probe()
-        if found:
-            return found
-        time.sleep(0.1)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 @dataclass
@@ -147,7 +137,7 @@ def test_a_ros2_node_sees_the_bridge_with_its_endpoints(rig: Rig) -> None:
             writers,
         )
 
-    poll(announced, "the bridge and its endpoints in ros_discovery_info")
+    wait_until(announced, "the bridge and its endpoints in ros_discovery_info")
 
 
 def test_parameters_over_services_rosout_and_parameter_events(rig: Rig) -> None:
@@ -162,7 +152,7 @@ def test_parameters_over_services_rosout_and_parameter_events(rig: Rig) -> None:
         events = peer.ask("events")["items"]
         return [e for e in events if e["node"] == BRIDGE and e["changed_parameters"]]
 
-    (change,) = poll(event, "the /parameter_events message")
+    (change,) = wait_until(event, "the /parameter_events message")
     (changed,) = change["changed_parameters"]
     assert changed["name"] == "deadline_ms" and changed["value"]["double_value"] == 80.0
 
@@ -170,7 +160,7 @@ def test_parameters_over_services_rosout_and_parameter_events(rig: Rig) -> None:
         status = peer.ask("diagnostics")["status"].get("vla_bridge: latency")
         return status and status["values"]["deadline_ms"] == "80.00"
 
-    poll(latency_budget, "the node's own budget (/diagnostics) at the new deadline")
+    wait_until(latency_budget, "the node's own budget (/diagnostics) at the new deadline")
 
     # A /rosout reader that joins now still gets the line logged before it (transient local).
     joined_ns = peer.ask("join_rosout")["joined_ns"]
@@ -178,7 +168,7 @@ def test_parameters_over_services_rosout_and_parameter_events(rig: Rig) -> None:
     def line(words: str) -> list[dict[str, Any]]:
         return [x for x in peer.ask("rosout")["items"] if words in x["msg"]]
 
-    (before,) = poll(lambda: line("parameters set: deadline_ms=80.0"), "the earlier log line")
+    (before,) = wait_until(lambda: line("parameters set: deadline_ms=80.0"), "the earlier log line")
     stamp_ns = before["stamp"]["sec"] * 1_000_000_000 + before["stamp"]["nanosec"]
     assert stamp_ns < joined_ns
     assert (before["level"], before["name"], before["function"]) == (
@@ -199,7 +189,9 @@ def test_parameters_over_services_rosout_and_parameter_events(rig: Rig) -> None:
     assert peer.ask("set", node=BRIDGE, name="num_actions", value={"type": 2, "integer_value": 2})[
         "successful"
     ]
-    (after,) = poll(lambda: line("parameters set: num_actions=2"), "a line logged after joining")
+    (after,) = wait_until(
+        lambda: line("parameters set: num_actions=2"), "a line logged after joining"
+    )
     assert after["stamp"]["sec"] * 1_000_000_000 + after["stamp"]["nanosec"] > joined_ns
 
 
@@ -208,7 +200,7 @@ def test_vla_bridge_node_list_and_param_against_the_running_bridge(rig: Rig) -> 
         names = rig.cli("node", "list").stdout.split()
         return BRIDGE in names and "/ros2_peer" in names  # the peer is no shim node
 
-    poll(listed, "vla-bridge node list to show the bridge and the ROS 2 peer")
+    wait_until(listed, "vla-bridge node list to show the bridge and the ROS 2 peer")
     done = rig.cli("param", "set", BRIDGE, "deadline_ms", "120")  # an int for a double: sent as one
     assert (done.returncode, done.stdout.strip()) == (0, "Set parameter successful"), done.stderr
     got = rig.cli("param", "get", BRIDGE, "deadline_ms")

@@ -7,7 +7,6 @@ as a robot's other nodes would.
 from __future__ import annotations
 
 import io
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -25,6 +24,7 @@ from ros_bridge.compat import (
     sensor_msgs,
     trajectory_msgs,
 )
+from tests.helpers.waiting import Spinning
 from tests.unit.bridge_fakes import FakeServer
 
 Parameter = rclpy.parameter.Parameter
@@ -69,11 +69,8 @@ class Rig:
             sub.topic_name: self.probe.create_publisher(msg_type, sub.topic_name, 5)
             for sub in self.node.subscriptions
         }
-        self.executor = rclpy.executors.MultiThreadedExecutor(num_threads=2)
-        self.executor.add_node(self.node)
-        self.executor.add_node(self.probe)
-        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
-        self.thread.start()
+        executor = rclpy.executors.MultiThreadedExecutor(num_threads=2)
+        self.spinning = Spinning(executor, self.node, self.probe)
 
     def publish(self, msg: Any, topic: str | None = None) -> None:
         self.cameras[topic or next(iter(self.cameras))].publish(msg)
@@ -82,10 +79,7 @@ class Rig:
         return {s.name.split(": ")[1]: s for s in self.diagnostics[-1].status}
 
     def close(self) -> None:
-        self.executor.shutdown(timeout_sec=10)
-        self.thread.join(10)
-        self.node.destroy_node()
-        self.probe.destroy_node()
+        self.spinning.stop()
 
 
 @pytest.fixture

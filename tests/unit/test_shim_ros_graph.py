@@ -5,9 +5,7 @@ rcl's logging_rosout.c."""
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,14 +27,7 @@ from ros_bridge.shim.rclpy.node import Node
 from ros_bridge.shim.rclpy.parameter import Parameter
 from ros_bridge.shim.rclpy.qos import qos_profile_rosout_default
 from ros_bridge.shim.sensor_msgs.msg import Image
-
-
-def wait_for(condition: Callable[[], Any], timeout_s: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while not (found := condition()):
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.005)
-    return found
+from tests.helpers.waiting import Spinning, wait_until
 
 
 class Pair:
@@ -58,11 +49,7 @@ class Pair:
         self.probe = Node("probe")
         self.events: list[ParameterEvent] = []
         self.probe.create_subscription(ParameterEvent, "/parameter_events", self.events.append, 100)
-        self.executor = MultiThreadedExecutor(num_threads=2)
-        self.executor.add_node(self.node)
-        self.executor.add_node(self.probe)
-        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
-        self.thread.start()
+        self.spinning = Spinning(MultiThreadedExecutor(num_threads=2), self.node, self.probe)
 
     @staticmethod
     def _veto(params: list[Parameter]) -> SetParametersResult:
@@ -77,10 +64,7 @@ class Pair:
         return response
 
     def close(self) -> None:
-        self.executor.shutdown(timeout_sec=10)
-        self.thread.join(10)
-        self.node.destroy_node()
-        self.probe.destroy_node()
+        self.spinning.stop()
 
 
 @pytest.fixture
@@ -163,7 +147,7 @@ def test_every_change_is_a_parameter_event(pair: Pair) -> None:
         ]
         return seen if len(seen) == 3 else None
 
-    assert wait_for(kinds) == [
+    assert wait_until(kinds, "three parameter events") == [
         ("changed", ["deadline_ms"]),
         ("new", ["late"]),
         ("deleted", ["late"]),
@@ -185,7 +169,7 @@ def test_log_lines_at_or_above_the_level_go_to_rosout() -> None:
         node.get_logger().get_child("worker").warning("from a sub-logger")
         node.get_logger().set_level(LoggingSeverity.DEBUG)
         node.get_logger().debug("now at the level")
-        wait_for(lambda: rclpy.spin_once(probe, timeout_sec=0.01) or len(lines) >= 3)
+        wait_until(lambda: rclpy.spin_once(probe, timeout_sec=0.01) or len(lines) >= 3, "3 lines")
         assert [(x.level, x.name, x.msg) for x in lines] == [
             (20, "talker", "before anyone listened"),  # transient local: logged before joining
             (30, "talker.worker", "from a sub-logger"),

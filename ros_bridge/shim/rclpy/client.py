@@ -5,22 +5,22 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from ros_bridge.shim.cdr import deserialize_message, serialize_message
 from ros_bridge.shim.message import ServiceType
 from ros_bridge.shim.rclpy.callback_groups import CallbackGroup
+from ros_bridge.shim.rclpy.inbox import ServiceInbox
 from ros_bridge.shim.rclpy.qos import QoSProfile
 from ros_bridge.shim.rclpy.task import Future
 
 if TYPE_CHECKING:
-    from ros_bridge.shim.transport import ServiceClient
+    pass
 
 _POLL_S = 0.05
 
 
-class Client:
+class Client(ServiceInbox):
     def __init__(
         self,
         srv_type: type[ServiceType],
@@ -29,19 +29,9 @@ class Client:
         qos_profile: QoSProfile,
         guard: threading.Condition,
     ) -> None:
-        self.srv_type = srv_type
-        self.callback_group = callback_group
-        self.qos_profile = qos_profile
-        self._srv_name = srv_name
-        self._guard = guard
-        self._queue: deque[tuple[int, bytes]] = deque()
+        super().__init__(srv_type, srv_name, callback_group, qos_profile, guard)
         self._pending: dict[int, Future] = {}
         self._lock = threading.Lock()
-        self._endpoint: ServiceClient | None = None
-        self.destroyed = False
-
-    def attach(self, endpoint: ServiceClient) -> None:
-        self._endpoint = endpoint
 
     def call_async(self, request: Any) -> Future:
         if not isinstance(request, self.srv_type.Request):
@@ -83,16 +73,7 @@ class Client:
 
     def deliver(self, seq: int, sample: bytes) -> None:
         """Called by the transport, from any thread."""
-        with self._guard:
-            if not self.destroyed:
-                self._queue.append((seq, sample))
-                self._guard.notify_all()
-
-    def has_pending(self) -> bool:
-        return bool(self._queue)
-
-    def take(self) -> tuple[int, bytes] | None:
-        return self._queue.popleft() if self._queue else None
+        self.put((seq, sample))
 
     def decode(self, item: tuple[int, bytes]) -> tuple[int, Any]:
         seq, sample = item
@@ -104,21 +85,3 @@ class Client:
             future = self._pending.pop(seq, None)
         if future is not None:
             future.set_result(response)
-
-    @property
-    def gids(self) -> tuple[bytes, ...]:
-        return self._endpoint.gids if self._endpoint is not None else ()
-
-    @property
-    def srv_name(self) -> str:
-        return self._srv_name
-
-    def destroy(self) -> None:
-        with self._guard:
-            self.destroyed = True
-            self._queue.clear()
-        if self._endpoint is not None:
-            self._endpoint.close()
-
-    def __repr__(self) -> str:
-        return f"Client(name={self._srv_name!r}, srv_type={self.srv_type.__name__})"

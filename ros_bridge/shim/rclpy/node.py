@@ -233,14 +233,11 @@ class Node(NodeParameters, NodeGraph):
     ) -> Service:
         name = self.resolve_topic_name(srv_name)
         group = callback_group or self._default_callback_group
-        guard = self._context.guard
-        service = Service(srv_type, name, callback, group, qos_profile, guard)
-        group.add_entity(service)
-        transport = self._context.transport
-        service.attach(transport.create_service(name, srv_type, qos_profile, service.deliver))
-        self._associate(service.gids, readers=(True, False))
-        self._services.append(service)
-        return service
+        service = Service(srv_type, name, callback, group, qos_profile, self._context.guard)
+        server = self._context.transport.create_service(
+            name, srv_type, qos_profile, service.deliver
+        )
+        return self._add_service_part(service, server, self._services)
 
     def create_client(
         self,
@@ -253,12 +250,18 @@ class Node(NodeParameters, NodeGraph):
         name = self.resolve_topic_name(srv_name)
         group = callback_group or self._default_callback_group
         client = Client(srv_type, name, group, qos_profile, self._context.guard)
-        group.add_entity(client)
-        transport = self._context.transport
-        client.attach(transport.create_client(name, srv_type, qos_profile, client.deliver))
-        self._associate(client.gids, readers=(True, False))
-        self._clients.append(client)
-        return client
+        endpoint = self._context.transport.create_client(
+            name, srv_type, qos_profile, client.deliver
+        )
+        return self._add_service_part(client, endpoint, self._clients)
+
+    def _add_service_part(self, entity: Any, endpoint: Any, entities: list[Any]) -> Any:
+        """Registers a Service or Client with its group, its transport endpoints and the graph."""
+        entity.callback_group.add_entity(entity)
+        entity.attach(endpoint)
+        self._associate(entity.gids, readers=(True, False))
+        entities.append(entity)
+        return entity
 
     def create_timer(
         self,

@@ -42,7 +42,7 @@ class Reader(Protocol):
 
 
 class ServiceServer(Protocol):
-    gids: tuple[bytes, bytes]  # (request reader, reply writer)
+    gids: tuple[bytes, bytes]  # (its reader, its writer): request reader, reply writer
 
     def reply(self, header: RequestHeader, sample: bytes, source: Any) -> None: ...
 
@@ -50,7 +50,7 @@ class ServiceServer(Protocol):
 
 
 class ServiceClient(Protocol):
-    gids: tuple[bytes, bytes]  # (reply reader, request writer)
+    gids: tuple[bytes, bytes]  # (its reader, its writer): reply reader, request writer
 
     def request(self, sample: bytes) -> int: ...
 

@@ -12,7 +12,6 @@ participant announces its nodes on `ros_discovery_info` and learns everyone else
 from __future__ import annotations
 
 import itertools
-import logging
 import threading
 from typing import Any
 
@@ -30,7 +29,7 @@ from ros_bridge.shim.rclpy.qos import QoSProfile
 from ros_bridge.shim.transport.base import Deliver, ReplyDeliver, RequestDeliver
 from ros_bridge.shim.transport.dds_discovery import DdsDiscovery
 from ros_bridge.shim.transport.dds_service import dds_client, dds_service
-from ros_bridge.shim.transport.dds_types import dds_twin, delete_entity, typehash, wrap
+from ros_bridge.shim.transport.dds_types import dds_twin, delete_entity, take_all, typehash, wrap
 from ros_bridge.shim.transport.qos_match import EndpointQos, resolve_qos
 from ros_bridge.shim.transport.service_endpoints import FramedClient, FramedServer
 
@@ -43,8 +42,6 @@ LOOPBACK_CONFIG = (
     '<Peers><Peer address="127.0.0.1"/></Peers></Discovery>'
     "</Domain></CycloneDDS>"
 )
-_TAKE_BATCH = 64
-_log = logging.getLogger(__name__)
 
 
 def dds_qos(qos: EndpointQos, user_data: str) -> Qos:
@@ -133,19 +130,15 @@ class DdsReader:
         self._on_data_available(self.entity)
 
     def _on_data_available(self, reader: DataReader | None) -> None:
-        if reader is None:  # Cyclone calls listeners of a reader being deleted with no reader
-            return
-        try:
-            while samples := reader.take(N=_TAKE_BATCH):
-                for sample in samples:
-                    if getattr(sample, "payload", None) is None:
-                        continue
-                    if self._with_source:
-                        self._deliver(sample.payload, sample.sample_info.publication_handle)
-                    else:
-                        self._deliver(sample.payload)
-        except Exception:  # an exception must not unwind into Cyclone's thread
-            _log.exception("dropping DDS samples after a receive error")
+        take_all(reader, self._on_sample, "DDS samples")
+
+    def _on_sample(self, sample: Any) -> None:
+        if getattr(sample, "payload", None) is None:
+            return  # an instance-state notice, no data
+        if self._with_source:
+            self._deliver(sample.payload, sample.sample_info.publication_handle)
+        else:
+            self._deliver(sample.payload)
 
     def matched_count(self) -> int:
         return self.entity.get_subscription_matched_status().current_count

@@ -10,7 +10,6 @@ reader keeps all samples and skips our own, as rmw's does.
 from __future__ import annotations
 
 import contextlib
-import logging
 from typing import Any
 
 from cyclonedds.builtin import (
@@ -32,7 +31,7 @@ from ros_bridge.shim.rclpy.qos import (
     ReliabilityPolicy,
 )
 from ros_bridge.shim.rmw_dds_common.msg import ParticipantEntitiesInfo
-from ros_bridge.shim.transport.dds_types import delete_entity
+from ros_bridge.shim.transport.dds_types import delete_entity, take_all
 
 DISCOVERY_TOPIC = "ros_discovery_info"
 _RELIABLE, _LOCAL = ReliabilityPolicy.RELIABLE, DurabilityPolicy.TRANSIENT_LOCAL
@@ -45,8 +44,6 @@ READER_QOS = QoSProfile(
     durability=_LOCAL,
     avoid_ros_namespace_conventions=True,
 )
-_TAKE_BATCH = 64
-_log = logging.getLogger(__name__)
 
 
 class DdsDiscovery:
@@ -82,25 +79,14 @@ class DdsDiscovery:
             self._graph.update_participant(gid, nodes_of(info))
 
     def _on_participants(self, reader: BuiltinDataReader | None) -> None:
-        if reader is None:  # Cyclone calls listeners of a reader being deleted with no reader
-            return
-        try:
-            while samples := reader.take(N=_TAKE_BATCH):
-                for sample in samples:
-                    if sample.sample_info.instance_state != InstanceState.Alive:
-                        self._graph.remove_participant(sample.key.bytes)
-        except Exception:  # never unwind into Cyclone's thread
-            _log.exception("discovery: dropping participant updates")
+        take_all(reader, self._on_participant, "participant updates")
+
+    def _on_participant(self, sample: Any) -> None:
+        if sample.sample_info.instance_state != InstanceState.Alive:
+            self._graph.remove_participant(sample.key.bytes)
 
     def _on_endpoints(self, reader: BuiltinDataReader | None, *, is_reader: bool) -> None:
-        if reader is None:
-            return
-        try:
-            while samples := reader.take(N=_TAKE_BATCH):
-                for sample in samples:
-                    self._on_endpoint(sample, is_reader)
-        except Exception:
-            _log.exception("discovery: dropping endpoint updates")
+        take_all(reader, lambda sample: self._on_endpoint(sample, is_reader), "endpoint updates")
 
     def _on_endpoint(self, sample: Any, is_reader: bool) -> None:
         gid = sample.key.bytes

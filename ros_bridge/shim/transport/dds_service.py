@@ -12,18 +12,12 @@ reply reader of the client that sent the request (a reply sent before that would
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol
+from typing import Any
 
 from cyclonedds.core import Policy
 
-from ros_bridge.shim.graph import (
-    REPLY_PREFIX,
-    REPLY_SUFFIX,
-    REQUEST_PREFIX,
-    REQUEST_SUFFIX,
-    wire_name,
-)
-from ros_bridge.shim.message import Message, ServiceType
+from ros_bridge.shim.graph import service_topics
+from ros_bridge.shim.message import ServiceType
 from ros_bridge.shim.rclpy.qos import QoSProfile
 from ros_bridge.shim.transport.base import ReplyDeliver, RequestDeliver
 from ros_bridge.shim.transport.dds_types import typehash
@@ -31,27 +25,6 @@ from ros_bridge.shim.transport.service_endpoints import FramedClient, FramedServ
 
 _REPLY_WAIT_S = 1.0  # longest a reply waits for the client's reply reader to be matched
 _POLL_S = 0.01
-
-
-class _Endpoints(Protocol):
-    """What the DDS transport provides here (DdsTransport; a Protocol to keep imports one-way)."""
-
-    def writer(
-        self, wire: str, msg_type: type[Message], qos: QoSProfile, user_data: str, *, header: bool
-    ) -> Any: ...
-
-    def reader(
-        self,
-        wire: str,
-        msg_type: type[Message],
-        qos: QoSProfile,
-        user_data: str,
-        deliver: Any,
-        *,
-        header: bool,
-    ) -> Any: ...
-
-    def endpoint_id(self) -> str: ...
 
 
 def user_data(qos: Any) -> dict[str, str]:
@@ -64,22 +37,14 @@ def user_data(qos: Any) -> dict[str, str]:
     return {key: value for key, _, value in pairs}
 
 
-def _topics(name: str, qos: QoSProfile) -> tuple[str, str]:
-    avoid = qos.avoid_ros_namespace_conventions
-    return (
-        wire_name(name, avoid, REQUEST_PREFIX, REQUEST_SUFFIX),
-        wire_name(name, avoid, REPLY_PREFIX, REPLY_SUFFIX),
-    )
-
-
 def dds_service(
-    transport: _Endpoints,
+    transport: Any,  # DdsTransport (not imported: it imports this module)
     name: str,
     srv_type: type[ServiceType],
     qos: QoSProfile,
     deliver: RequestDeliver,
 ) -> FramedServer:
-    request, reply = _topics(name, qos)
+    request, reply = service_topics(name, qos.avoid_ros_namespace_conventions)
     data = typehash(srv_type) + f"serviceid={transport.endpoint_id()};"
     server = FramedServer(deliver, before_reply=lambda source: _await_client(server, source))
     reader = transport.reader(request, srv_type.Request, qos, data, server.on_request, header=True)
@@ -91,28 +56,39 @@ def dds_service(
 def _await_client(server: FramedServer, source: Any) -> None:
     """Waits until the reply writer has matched the requesting client's reply reader."""
     assert server.reader is not None and server.writer is not None
-    request_reader, reply_writer = server.reader.entity, server.writer.entity
-    sender = request_reader.get_matched_publication_data(source)
+    sender = server.reader.entity.get_matched_publication_data(source)
     client = user_data(sender.qos).get("clientid") if sender is not None else None
     if client is None:  # a client that does not say which reader is its own: no way to wait
         return
     deadline = time.monotonic() + _REPLY_WAIT_S
-    while time.monotonic() < deadline:
-        for handle in reply_writer.get_matched_subscriptions():
-            reader = reply_writer.get_matched_subscription_data(handle)
-            if reader is not None and user_data(reader.qos).get("clientid") == client:
-                return
+    while client not in _ids(_matched_readers(server.writer.entity), "clientid"):
+        if time.monotonic() >= deadline:
+            return
         time.sleep(_POLL_S)
 
 
+def _matched_readers(writer: Any) -> list[Any]:
+    return [writer.get_matched_subscription_data(h) for h in writer.get_matched_subscriptions()]
+
+
+def _matched_writers(reader: Any) -> list[Any]:
+    return [reader.get_matched_publication_data(h) for h in reader.get_matched_publications()]
+
+
+def _ids(endpoints: list[Any], key: str) -> set[str]:
+    """The `key=` ids in the USER_DATA of `endpoints` (those still known)."""
+    found = (user_data(e.qos).get(key) for e in endpoints if e is not None)
+    return {value for value in found if value is not None}
+
+
 def dds_client(
-    transport: _Endpoints,
+    transport: Any,  # DdsTransport
     name: str,
     srv_type: type[ServiceType],
     qos: QoSProfile,
     deliver: ReplyDeliver,
 ) -> FramedClient:
-    request, reply = _topics(name, qos)
+    request, reply = service_topics(name, qos.avoid_ros_namespace_conventions)
     data = typehash(srv_type) + f"clientid={transport.endpoint_id()};"
     client = FramedClient(deliver, ready=lambda: _service_ready(client))
     writer = transport.writer(request, srv_type.Request, qos, data, header=True)
@@ -125,18 +101,10 @@ def dds_client(
 def _service_ready(client: FramedClient) -> bool:
     """A request reader is matched, and a reply writer of the same service (rmw's rule)."""
     assert client.reader is not None and client.writer is not None
-    request_writer, reply_reader = client.writer.entity, client.reader.entity
-    readers = [
-        request_writer.get_matched_subscription_data(h)
-        for h in request_writer.get_matched_subscriptions()
-    ]
-    writers = [
-        reply_reader.get_matched_publication_data(h)
-        for h in reply_reader.get_matched_publications()
-    ]
+    readers = _matched_readers(client.writer.entity)
+    writers = _matched_writers(client.reader.entity)
     if not readers or not writers:
         return False
-    services = {user_data(r.qos).get("serviceid") for r in readers if r is not None} - {None}
-    if not services:  # services that announce no id: any matched pair will do
-        return True
-    return any(w is not None and user_data(w.qos).get("serviceid") in services for w in writers)
+    services = _ids(readers, "serviceid")
+    # services that announce no id: any matched pair will do
+    return not services or bool(services & _ids(writers, "serviceid"))

@@ -15,14 +15,11 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ros_bridge.shim.graph import (
-    REPLY_PREFIX,
-    REPLY_SUFFIX,
-    REQUEST_PREFIX,
-    REQUEST_SUFFIX,
     Endpoint,
     GraphCache,
     LocalNodes,
     dds_type_name,
+    service_topics,
     wire_name,
 )
 from ros_bridge.shim.message import Message, ServiceType
@@ -190,23 +187,18 @@ class InprocTransport:
     def create_service(
         self, name: str, srv_type: type[ServiceType], qos: QoSProfile, deliver: RequestDeliver
     ) -> FramedServer:
-        avoid = qos.avoid_ros_namespace_conventions
+        request, reply = service_topics(name, qos.avoid_ros_namespace_conventions)
         server = FramedServer(deliver)
-        request = wire_name(name, avoid, REQUEST_PREFIX, REQUEST_SUFFIX)
         reader = self._reader(request, srv_type.Request, qos, server.on_request)
-        reply = wire_name(name, avoid, REPLY_PREFIX, REPLY_SUFFIX)
         server.attach(reader, self._writer(reply, srv_type.Response, qos))
         return server
 
     def create_client(
         self, name: str, srv_type: type[ServiceType], qos: QoSProfile, deliver: ReplyDeliver
     ) -> FramedClient:
-        avoid = qos.avoid_ros_namespace_conventions
+        request, reply = service_topics(name, qos.avoid_ros_namespace_conventions)
         client = FramedClient(deliver)
-        writer = self._writer(
-            wire_name(name, avoid, REQUEST_PREFIX, REQUEST_SUFFIX), srv_type.Request, qos
-        )
-        reply = wire_name(name, avoid, REPLY_PREFIX, REPLY_SUFFIX)
+        writer = self._writer(request, srv_type.Request, qos)
         reader = self._reader(reply, srv_type.Response, qos, client.on_reply)
         client.attach(writer, reader, int.from_bytes(writer.gid[8:], "big"))
         return client

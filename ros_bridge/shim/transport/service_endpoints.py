@@ -16,38 +16,22 @@ from ros_bridge.shim.transport.base import Reader, ReplyDeliver, RequestDeliver,
 _log = logging.getLogger(__name__)
 
 
-class FramedServer:
-    """Hands each request to `deliver`; `before_reply(source)` may wait until the client can
-    receive the reply (DDS: its reply reader is matched)."""
+class _Framed:
+    """The reader and writer of one side; `gids` is (reader, writer)."""
 
-    def __init__(
-        self, deliver: RequestDeliver, before_reply: Callable[[Any], None] | None = None
-    ) -> None:
-        self._deliver = deliver
-        self._before_reply = before_reply
+    def __init__(self) -> None:
         self.reader: Reader | None = None
         self.writer: Writer | None = None
 
-    def attach(self, reader: Reader, writer: Writer) -> None:
-        self.reader, self.writer = reader, writer
-
-    def on_request(self, payload: bytes, source: Any = None) -> None:
+    def _unframe(self, payload: bytes) -> tuple[RequestHeader, bytes] | None:
         try:
-            header, sample = unframe(payload)
+            return unframe(payload)
         except CdrError as exc:
-            _log.warning("dropping a malformed service request: %s", exc)
-            return
-        self._deliver(header, sample, source)
-
-    def reply(self, header: RequestHeader, sample: bytes, source: Any) -> None:
-        assert self.writer is not None
-        if self._before_reply is not None:
-            self._before_reply(source)
-        self.writer.write(frame(header, sample))
+            _log.warning("dropping a malformed service sample: %s", exc)
+            return None
 
     @property
     def gids(self) -> tuple[bytes, bytes]:
-        """(request reader, reply writer)."""
         assert self.reader is not None and self.writer is not None
         return self.reader.gid, self.writer.gid
 
@@ -57,29 +41,49 @@ class FramedServer:
                 endpoint.close()
 
 
-class FramedClient:
+class FramedServer(_Framed):
+    """Hands each request to `deliver`; `before_reply(source)` may wait until the client can
+    receive the reply (DDS: its reply reader is matched)."""
+
+    def __init__(
+        self, deliver: RequestDeliver, before_reply: Callable[[Any], None] | None = None
+    ) -> None:
+        super().__init__()
+        self._deliver = deliver
+        self._before_reply = before_reply
+
+    def attach(self, reader: Reader, writer: Writer) -> None:
+        self.reader, self.writer = reader, writer
+
+    def on_request(self, payload: bytes, source: Any = None) -> None:
+        if (framed := self._unframe(payload)) is not None:
+            self._deliver(*framed, source)
+
+    def reply(self, header: RequestHeader, sample: bytes, source: Any) -> None:
+        assert self.writer is not None
+        if self._before_reply is not None:
+            self._before_reply(source)
+        self.writer.write(frame(header, sample))
+
+
+class FramedClient(_Framed):
     """Numbers its requests and keeps the replies that carry its `client_id`."""
 
     def __init__(self, deliver: ReplyDeliver, ready: Callable[[], bool] | None = None) -> None:
+        super().__init__()
         self._deliver = deliver
         self._ready = ready
         self._numbers = itertools.count(1)
         self._lock = threading.Lock()
         self.client_id = 0
-        self.reader: Reader | None = None
-        self.writer: Writer | None = None
 
     def attach(self, writer: Writer, reader: Reader, client_id: int) -> None:
         self.writer, self.reader, self.client_id = writer, reader, client_id
 
     def on_reply(self, payload: bytes, source: Any = None) -> None:
-        try:
-            header, sample = unframe(payload)
-        except CdrError as exc:
-            _log.warning("dropping a malformed service reply: %s", exc)
-            return
-        if header.guid == self.client_id:  # every client of the service reads every reply
-            self._deliver(header.seq, sample)
+        framed = self._unframe(payload)
+        if framed is not None and framed[0].guid == self.client_id:  # all clients read all replies
+            self._deliver(framed[0].seq, framed[1])
 
     def request(self, sample: bytes) -> int:
         """Sends a request; returns its number."""
@@ -95,14 +99,3 @@ class FramedClient:
         if self._ready is not None:
             return self._ready()
         return self.writer.matched_count() > 0 and self.reader.matched_count() > 0
-
-    @property
-    def gids(self) -> tuple[bytes, bytes]:
-        """(reply reader, request writer)."""
-        assert self.reader is not None and self.writer is not None
-        return self.reader.gid, self.writer.gid
-
-    def close(self) -> None:
-        for endpoint in (self.reader, self.writer):
-            if endpoint is not None:
-                endpoint.close()
