@@ -22,7 +22,6 @@ import argparse
 import itertools
 import json
 import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,7 +31,7 @@ from cyclonedds.builtin import (
     BuiltinTopicDcpsPublication,
     BuiltinTopicDcpsSubscription,
 )
-from cyclonedds.core import Listener, Policy, Qos
+from cyclonedds.core import Policy, Qos
 from cyclonedds.domain import DomainParticipant
 from cyclonedds.pub import DataWriter
 from cyclonedds.sub import DataReader
@@ -68,25 +67,17 @@ def plain(sample: Any) -> Any:
 
 
 class Collector:
-    """Everything a reader receives, from Cyclone's listener thread."""
+    """Everything a reader has received, taken when asked: the peer runs on one thread and uses
+    no listener (a listener runs Python on Cyclone's threads, which can deadlock with a write)."""
 
     def __init__(self, participant: DomainParticipant, topic: str, kind: Any, reader_qos: Qos):
         self.items: list[Any] = []
-        self._lock = threading.Lock()
-        listener = Listener(on_data_available=self._take)
-        topic_ = Topic(participant, topic, kind)
-        self.reader = DataReader(participant, topic_, qos=reader_qos, listener=listener)
-        self._take(self.reader)  # historical samples that came with the reader
-
-    def _take(self, reader: Any) -> None:
-        if reader is None:
-            return
-        with self._lock:
-            self.items.extend(reader.take(N=256))
+        self.reader = DataReader(participant, Topic(participant, topic, kind), qos=reader_qos)
 
     def snapshot(self) -> list[Any]:
-        with self._lock:
-            return list(self.items)
+        while samples := self.reader.take(N=256):
+            self.items.extend(samples)
+        return list(self.items)
 
 
 class Peer:

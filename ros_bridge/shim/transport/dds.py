@@ -15,7 +15,7 @@ import itertools
 import threading
 from typing import Any
 
-from cyclonedds.core import Listener, Policy, Qos
+from cyclonedds.core import Policy, Qos
 from cyclonedds.domain import DomainParticipant
 from cyclonedds.pub import DataWriter
 from cyclonedds.sub import DataReader
@@ -28,8 +28,9 @@ from ros_bridge.shim.rclpy.exceptions import RCLError
 from ros_bridge.shim.rclpy.qos import QoSProfile
 from ros_bridge.shim.transport.base import Deliver, ReplyDeliver, RequestDeliver
 from ros_bridge.shim.transport.dds_discovery import DdsDiscovery
+from ros_bridge.shim.transport.dds_receiver import Receiver
 from ros_bridge.shim.transport.dds_service import dds_client, dds_service
-from ros_bridge.shim.transport.dds_types import dds_twin, delete_entity, take_all, typehash, wrap
+from ros_bridge.shim.transport.dds_types import dds_twin, delete_entity, typehash, wrap
 from ros_bridge.shim.transport.qos_match import EndpointQos, resolve_qos
 from ros_bridge.shim.transport.service_endpoints import FramedClient, FramedServer
 
@@ -108,12 +109,13 @@ class DdsWriter:
 
 
 class DdsReader:
-    """Hands every received sample to `deliver` from Cyclone's receive thread; with
+    """Hands every received sample to `deliver` from the participant's receiving thread; with
     `with_source`, also the writer's instance handle (`deliver(payload, handle)`)."""
 
     def __init__(
         self,
         participant: DomainParticipant,
+        receiver: Receiver,
         topic: Topic,
         qos: Qos,
         deliver: Any,
@@ -121,16 +123,11 @@ class DdsReader:
     ) -> None:
         self._deliver = deliver
         self._with_source = with_source
+        self._receiver = receiver
         self._closed = False
-        listener = Listener(on_data_available=self._on_data_available)
-        self.entity = DataReader(participant, topic, qos=qos, listener=listener)
+        self.entity = DataReader(participant, topic, qos=qos)
         self.gid = self.entity.guid.bytes
-        # Historical (transient local) samples of writers in this process arrive while the reader
-        # is created, without a data-available call: take them now.
-        self._on_data_available(self.entity)
-
-    def _on_data_available(self, reader: DataReader | None) -> None:
-        take_all(reader, self._on_sample, "DDS samples")
+        receiver.add(self.entity, self._on_sample, f"samples on {topic.name}")
 
     def _on_sample(self, sample: Any) -> None:
         if getattr(sample, "payload", None) is None:
@@ -146,6 +143,7 @@ class DdsReader:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            self._receiver.remove(self.entity)
             delete_entity(self.entity)
 
 
@@ -163,8 +161,9 @@ class DdsTransport:
         self._endpoints: list[DdsWriter | DdsReader] = []
         self._lock = threading.Lock()
         self._service_ids = itertools.count(1)
+        self._receiver = Receiver(self._participant)
         self.graph = GraphCache()
-        self._discovery = DdsDiscovery(self, self._participant, self.graph)
+        self._discovery = DdsDiscovery(self, self._participant, self._receiver, self.graph)
         self.nodes = LocalNodes(self._discovery.publish)
 
     def _topic(self, wire: str, msg_type: type[Message], service_header: bool) -> Topic:
@@ -199,7 +198,9 @@ class DdsTransport:
     ) -> DdsReader:
         endpoint_qos = dds_qos(resolve_qos(qos, writer=False), user_data)
         topic = self._topic(wire, msg_type, header)
-        reader = DdsReader(self._participant, topic, endpoint_qos, deliver, with_source=header)
+        reader = DdsReader(
+            self._participant, self._receiver, topic, endpoint_qos, deliver, with_source=header
+        )
         self._endpoints.append(reader)
         return reader
 
@@ -229,6 +230,7 @@ class DdsTransport:
         return dds_client(self, name, srv_type, qos, deliver)
 
     def close(self) -> None:
+        self._receiver.close()
         for endpoint in self._endpoints:
             endpoint.close()
         self._endpoints.clear()

@@ -18,7 +18,7 @@ from cyclonedds.builtin import (
     BuiltinTopicDcpsPublication,
     BuiltinTopicDcpsSubscription,
 )
-from cyclonedds.core import InstanceState, Listener
+from cyclonedds.core import InstanceState
 from cyclonedds.domain import DomainParticipant
 
 from ros_bridge.shim.cdr import deserialize_message, serialize_message
@@ -31,7 +31,8 @@ from ros_bridge.shim.rclpy.qos import (
     ReliabilityPolicy,
 )
 from ros_bridge.shim.rmw_dds_common.msg import ParticipantEntitiesInfo
-from ros_bridge.shim.transport.dds_types import delete_entity, take_all
+from ros_bridge.shim.transport.dds_receiver import Receiver
+from ros_bridge.shim.transport.dds_types import delete_entity
 
 DISCOVERY_TOPIC = "ros_discovery_info"
 _RELIABLE, _LOCAL = ReliabilityPolicy.RELIABLE, DurabilityPolicy.TRANSIENT_LOCAL
@@ -49,19 +50,20 @@ READER_QOS = QoSProfile(
 class DdsDiscovery:
     """Keeps `graph` up to date; `publish(nodes)` announces this participant's nodes."""
 
-    def __init__(self, transport: Any, participant: DomainParticipant, graph: GraphCache) -> None:
+    def __init__(
+        self, transport: Any, participant: DomainParticipant, receiver: Receiver, graph: GraphCache
+    ) -> None:
         self._gid = participant.guid.bytes
         self._graph = graph
+        self._receiver = receiver
         self._builtin = []
-        for topic, handler in (
-            (BuiltinTopicDcpsParticipant, self._on_participants),
-            (BuiltinTopicDcpsPublication, lambda r: self._on_endpoints(r, is_reader=False)),
-            (BuiltinTopicDcpsSubscription, lambda r: self._on_endpoints(r, is_reader=True)),
+        for topic, handle in (
+            (BuiltinTopicDcpsParticipant, self._on_participant),
+            (BuiltinTopicDcpsPublication, lambda s: self._on_endpoint(s, is_reader=False)),
+            (BuiltinTopicDcpsSubscription, lambda s: self._on_endpoint(s, is_reader=True)),
         ):
-            reader = BuiltinDataReader(
-                participant, topic, listener=Listener(on_data_available=handler)
-            )
-            handler(reader)  # what was known before the reader existed raised no listener call
+            reader = BuiltinDataReader(participant, topic)
+            receiver.add(reader, handle, "discovery updates")
             self._builtin.append(reader)
         info = ParticipantEntitiesInfo
         self._writer = transport.create_writer(DISCOVERY_TOPIC, info, WRITER_QOS)
@@ -78,17 +80,11 @@ class DdsDiscovery:
         if gid != self._gid:  # our own nodes are known without the network
             self._graph.update_participant(gid, nodes_of(info))
 
-    def _on_participants(self, reader: BuiltinDataReader | None) -> None:
-        take_all(reader, self._on_participant, "participant updates")
-
     def _on_participant(self, sample: Any) -> None:
         if sample.sample_info.instance_state != InstanceState.Alive:
             self._graph.remove_participant(sample.key.bytes)
 
-    def _on_endpoints(self, reader: BuiltinDataReader | None, *, is_reader: bool) -> None:
-        take_all(reader, lambda sample: self._on_endpoint(sample, is_reader), "endpoint updates")
-
-    def _on_endpoint(self, sample: Any, is_reader: bool) -> None:
+    def _on_endpoint(self, sample: Any, *, is_reader: bool) -> None:
         gid = sample.key.bytes
         if sample.sample_info.instance_state != InstanceState.Alive:
             self._graph.remove_endpoint(gid)
@@ -99,5 +95,6 @@ class DdsDiscovery:
 
     def close(self) -> None:
         for reader in self._builtin:
+            self._receiver.remove(reader)
             delete_entity(reader)
         self._builtin.clear()

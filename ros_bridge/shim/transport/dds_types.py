@@ -12,8 +12,6 @@ rmw_cyclonedds' request header (`uint64 guid`, `int64 seq`) in front of the mess
 from __future__ import annotations
 
 import functools
-import logging
-from collections.abc import Callable
 from typing import Any
 
 from cyclonedds.idl import IdlStruct, annotations, make_idl_struct
@@ -38,23 +36,6 @@ _IDL_PRIMITIVES: dict[str, Any] = {
     "float64": idl.float64,
     "string": str,
 }
-
-
-_TAKE_BATCH = 64
-_log = logging.getLogger(__name__)
-
-
-def take_all(reader: Any, handle: Callable[[Any], None], what: str) -> None:
-    """Hands every sample `reader` holds to `handle`; for Cyclone's listeners, which call with
-    no reader while one is deleted, and must not see an exception unwind into their thread."""
-    if reader is None:
-        return
-    try:
-        while samples := reader.take(N=_TAKE_BATCH):
-            for sample in samples:
-                handle(sample)
-    except Exception:
-        _log.exception("dropping %s after a receive error", what)
 
 
 def typehash(interface: Any) -> str:
