@@ -203,6 +203,8 @@ class BridgeWorker:
         async with contextlib.aclosing(client):
             while not self._stopping:
                 await self._ensure_server(client)
+                if self._stopping:  # stopped while probing: the wait below would never end
+                    break
                 ticket = self._gate.take(time.monotonic())
                 self.monitor.count("frames_stale", len(self._gate.drain_stale()))
                 if ticket is None:

@@ -285,3 +285,11 @@ def test_frame_that_waited_past_its_deadline_is_never_sent(make_worker) -> None:
     assert len(server.accepted) == 1
     assert worker.monitor.counters["deadline_misses"] == 2
     assert {stamp for stamp, _, _ in sink.actions} == {(1, 0)}
+
+
+def test_stop_ends_the_loop_while_the_server_is_still_being_probed(make_worker) -> None:
+    server = FakeServer(up=False)  # never reachable: the loop is probing and backing off
+    worker, _ = make_worker(server, backoff=Backoff(initial_s=0.01, max_s=0.01))
+    wait_for(lambda: not worker.monitor.server_is_up)
+    worker.stop(timeout_s=60)
+    assert worker._main is not None and worker._main.done() and worker._main.exception() is None
