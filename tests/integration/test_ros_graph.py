@@ -26,6 +26,9 @@ from typing import Any
 import pytest
 
 from ros_bridge import compat
+from ros_bridge.shim import rclpy
+from ros_bridge.shim.rclpy.context import Context
+from ros_bridge.shim.rclpy.node import Node
 from ros_bridge.shim.transport.dds import LOOPBACK_CONFIG
 from tests.helpers.paths import REPO
 from tests.helpers.waiting import wait_until
@@ -213,3 +216,25 @@ def test_vla_bridge_node_list_and_param_against_the_running_bridge(rig: Rig) -> 
     assert {"deadline_ms", "on_late", "use_sim_time"} <= set(names)
     missing = rig.cli("param", "get", "/no_such_node", "x", "--timeout", "1")
     assert missing.returncode == 1 and "Node not found" in missing.stderr
+
+
+def test_the_shims_graph_sees_the_ros2_node(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shim node's graph queries answer for a node the shim did not make."""
+    monkeypatch.setenv("CYCLONEDDS_URI", LOOPBACK_CONFIG)
+    context = Context()
+    rclpy.init(context=context, domain_id=int(rig.env["ROS_DOMAIN_ID"]), transport="dds")
+    try:
+        node = Node("_graph_probe", context=context)
+        wait_until(
+            lambda: ("ros2_peer", "/") in node.get_node_names_and_namespaces(), "the peer's node"
+        )
+        peer_reads = ("/parameter_events", ["rcl_interfaces/msg/ParameterEvent"])
+        wait_until(
+            lambda: peer_reads in node.get_subscriber_names_and_types_by_node("ros2_peer", "/"),
+            "the peer's readers, by node",
+        )
+        # /diagnostics: the bridge writes it, the peer reads it, this node does neither
+        wait_until(lambda: node.count_subscribers("/diagnostics") == 1, "the peer's reader")
+        assert node.count_publishers("/diagnostics") == 1
+    finally:
+        context.try_shutdown()
