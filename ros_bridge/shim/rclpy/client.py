@@ -8,10 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ros_bridge.shim.cdr import deserialize_message, serialize_message
-from ros_bridge.shim.message import ServiceType
-from ros_bridge.shim.rclpy.callback_groups import CallbackGroup
 from ros_bridge.shim.rclpy.inbox import ServiceInbox
-from ros_bridge.shim.rclpy.qos import QoSProfile
 from ros_bridge.shim.rclpy.task import Future
 
 if TYPE_CHECKING:
@@ -21,15 +18,8 @@ _POLL_S = 0.05
 
 
 class Client(ServiceInbox):
-    def __init__(
-        self,
-        srv_type: type[ServiceType],
-        srv_name: str,
-        callback_group: CallbackGroup,
-        qos_profile: QoSProfile,
-        guard: threading.Condition,
-    ) -> None:
-        super().__init__(srv_type, srv_name, callback_group, qos_profile, guard)
+    def __init__(self, *args: Any) -> None:  # ServiceInbox's: type, name, group, QoS, guard
+        super().__init__(*args)
         self._pending: dict[int, Future] = {}
         self._lock = threading.Lock()
 
