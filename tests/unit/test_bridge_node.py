@@ -65,9 +65,10 @@ class Rig:
         )
         compressed = self.node.get_parameter("compressed").value
         msg_type = sensor_msgs.msg.CompressedImage if compressed else sensor_msgs.msg.Image
-        self.cameras = {  # the topics the node resolved (namespace, remaps)
+        self.cameras = {  # the camera topics the node resolved (namespace, remaps)
             sub.topic_name: self.probe.create_publisher(msg_type, sub.topic_name, 5)
             for sub in self.node.subscriptions
+            if sub.msg_type is msg_type  # not joint_states_topic's subscription
         }
         executor = rclpy.executors.MultiThreadedExecutor(num_threads=2)
         self.spinning = Spinning(executor, self.node, self.probe)
