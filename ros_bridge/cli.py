@@ -101,6 +101,12 @@ def add_replay_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image-topics", nargs="+", default=None, help="default: all cameras")
     parser.add_argument("--rate", type=float, default=1.0, help="playback speed factor")
     parser.add_argument("--instruction", default=None)
+    add_unnorm_key_option(parser)
+    parser.add_argument("--plot", type=Path, default=None, help="also write this PNG")
+    add_param_option(parser, "another node parameter")
+
+
+def add_unnorm_key_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--unnorm-key",
         "--unnorm_key",
@@ -108,8 +114,6 @@ def add_replay_args(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="action statistics key",
     )
-    parser.add_argument("--plot", type=Path, default=None, help="also write this PNG")
-    add_param_option(parser, "another node parameter")
 
 
 def add_record_args(parser: argparse.ArgumentParser) -> None:
@@ -133,6 +137,7 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--camera-size", default="640x480", help="WIDTHxHEIGHT")
     parser.add_argument("--instruction", default=None)
     parser.add_argument("--seed", type=int, default=0, help="the task's reset seed")
+    add_unnorm_key_option(parser)
     parser.add_argument(
         "--full-render", action="store_true", help="shadows and anti-aliasing (~7x the CPU)"
     )
