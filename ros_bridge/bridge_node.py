@@ -3,7 +3,8 @@
 A thin rclpy node (real ROS 2 or the shim, via `ros_bridge.compat`): it declares the
 parameters, subscribes to the cameras with sensor-data QoS, validates and hashes each frame in
 the callback, and hands it to the BridgeWorker, whose own thread does all network I/O and calls
-back `publish_action` / `publish_late` the moment there is something to send.
+back `publish_action` / `publish_late` the moment there is something to send. Like any rclpy node
+it logs to /rosout and answers `ros2 param`; an accepted parameter change is logged too.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from functools import partial
 from typing import Any
 
 from ros_bridge.action_output import action_message, late_message, output_type
-from ros_bridge.bridge_params import PARAMS, PARAMS_BY_NAME, ParamSpec
+from ros_bridge.bridge_params import PARAM_RANGES, PARAMS, PARAMS_BY_NAME, ParamSpec
 from ros_bridge.bridge_worker import BridgeWorker, FrameJob, WorkerConfig
 from ros_bridge.camera_frame import frame_from_msg
 from ros_bridge.chunk_output import ChunkOutput, action_rate_hz, executor_config
@@ -59,14 +60,20 @@ class VlaBridgeNode(rclpy.node.Node):
         msg_type = (
             sensor_msgs.msg.CompressedImage if values["compressed"] else sensor_msgs.msg.Image
         )
-        self._topics = list(values["image_topics"])
-        for index, topic in enumerate(self._topics):
+        sensor_qos = rclpy.qos.qos_profile_sensor_data
+        self._topics = [  # resolved (namespace, remaps): what logs and diagnostics name
             self.create_subscription(
-                msg_type, topic, partial(self._on_image, index), rclpy.qos.qos_profile_sensor_data
-            )
+                msg_type, topic, partial(self._on_image, index), sensor_qos
+            ).topic_name
+            for index, topic in enumerate(values["image_topics"])
+        ]
         self.create_timer(values["diagnostics_period_s"], self.publish_diagnostics)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.worker.start()
+        self.get_logger().info(
+            f"cameras {', '.join(self._topics)} -> {self.commands.topic_name} ({self._mode}); "
+            f"server {values['server_url']}"
+        )
 
     def destroy_node(self) -> None:
         self.worker.stop()
@@ -89,6 +96,8 @@ class VlaBridgeNode(rclpy.node.Node):
         self.monitor.set_budgets(budgets)
         if self.chunk_output is not None and chunks is not None:
             self.chunk_output.reconfigure(chunks)
+        changes = ", ".join(f"{p.name}={p.value!r}" for p in params)
+        self.get_logger().info(f"parameters set: {changes}")
         return rcl_interfaces.msg.SetParametersResult(successful=True)
 
     # --- camera input --------------------------------------------------------------------
@@ -146,9 +155,9 @@ class VlaBridgeNode(rclpy.node.Node):
         if self.chunk_output is not None:
             self.chunk_output.expire()  # the executor sends the on_late command every period
             return
-        now = self.get_clock().now().seconds_nanoseconds()
+        stamp = command.stamp or self.get_clock().now().seconds_nanoseconds()
         joint_names = self._values()["joint_names"]
-        msg = late_message(self._mode, command, stamp=now, joint_names=joint_names)
+        msg = late_message(self._mode, command, stamp=stamp, joint_names=joint_names)
         if msg is not None:
             self.commands.publish(msg)
 
@@ -181,6 +190,16 @@ def _declare(node: Any, spec: ParamSpec) -> None:
         read_only=not spec.dynamic,
         additional_constraints=f"one of: {', '.join(spec.choices)}" if spec.choices else "",
     )
+    if spec.name in PARAM_RANGES:
+        low, high = PARAM_RANGES[spec.name]
+        if spec.kind is int:
+            descriptor.integer_range = [
+                rcl_interfaces.msg.IntegerRange(from_value=int(low), to_value=int(high), step=1)
+            ]
+        else:
+            descriptor.floating_point_range = [
+                rcl_interfaces.msg.FloatingPointRange(from_value=low, to_value=high)
+            ]
     # An empty list cannot carry its element type, so it is declared by type (rclpy's rule).
     default = rclpy.parameter.Parameter.Type.STRING_ARRAY if spec.default == [] else spec.default
     node.declare_parameter(spec.name, default, descriptor)

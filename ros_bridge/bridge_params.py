@@ -87,6 +87,17 @@ PARAMS: tuple[ParamSpec, ...] = (
 PARAMS_BY_NAME = {p.name: p for p in PARAMS}
 LAUNCH_PARAMS = tuple(p for p in PARAMS if p.launch)
 
+# Inclusive bounds a runtime change must respect, declared as the parameter's integer or
+# floating-point range, so `ros2 param set` outside them fails with the bounds as the reason.
+PARAM_RANGES: dict[str, tuple[float, float]] = {
+    "num_actions": (1, 1024),
+    "control_rate_hz": (0.1, 10_000.0),
+    "deadline_ms": (1.0, 3_600_000.0),
+    "ttft_budget_ms": (1.0, 3_600_000.0),
+    "itl_p99_budget_ms": (1.0, 3_600_000.0),
+    "max_new_tokens": (0, 1_000_000),
+}
+
 
 @dataclass(frozen=True)
 class LaunchArg:

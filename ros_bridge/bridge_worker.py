@@ -7,7 +7,11 @@ per frame: no action by then is a miss and the `on_late` command goes out (with 
 request is also cancelled). A failed server (unreachable, a 5xx, a stream cut short) is one outage:
 `on_late` is applied once, requests are retried with exponential backoff (re-probing `/health` and
 `/get_server_info` first), and only a request that succeeds ends it, counted as a reconnect. A
-`/health` that answers while `/generate` fails therefore keeps the node in ERROR.
+`/health` that answers while `/generate` fails therefore keeps the node in ERROR. A request the
+server refuses (a 4xx, or a stream ended by an action error) is not an outage but a wrong request
+(a configuration error, such as a missing `unnorm_key`): its reason is reported and counted,
+`on_late` is applied once when the refusals start, and no backoff slows the next frame. Every
+`on_late` command carries the stamp of the frame whose action it replaces.
 """
 
 from __future__ import annotations
@@ -97,6 +101,7 @@ class BridgeWorker:
         self._submit_lock = threading.Lock()
         self._rid_prefix = f"bridge-{uuid.uuid4().hex[:8]}"
         self._last_action: tuple[float, ...] | None = None
+        self._newest_stamp: tuple[int, int] | None = None  # of the newest frame offered
         self._outage = False  # server unavailable since the last successful request
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="vla-bridge-io")
@@ -166,6 +171,7 @@ class BridgeWorker:
 
     def _offer(self, job: FrameJob, arrived_s: float) -> None:
         self._seq += 1
+        self._newest_stamp = job.stamp
         deadline_s = arrived_s + self.config.deadline_ms / 1000.0
         ticket = Ticket(self._seq, arrived_s, deadline_s, job)
         if self._gate.offer(ticket) is not None:
@@ -178,13 +184,14 @@ class BridgeWorker:
             return
         ticket.missed = True
         self.monitor.deadline_missed()
-        self._apply_on_late()
+        self._apply_on_late(ticket.job.stamp)
         if self.config.on_late is OnLate.STOP and self._gate.in_flight is ticket and self._task:
             self._task.cancel()
 
-    def _apply_on_late(self) -> None:
+    def _apply_on_late(self, stamp: tuple[int, int] | None) -> None:
+        """Sends the on_late command in place of the action for the frame stamped `stamp`."""
         width = self.config.action_width or self._server.action_dim
-        command = late_command(self.config.on_late, self._last_action, width)
+        command = late_command(self.config.on_late, self._last_action, width, stamp)
         if command is None:
             return
         try:
@@ -199,6 +206,8 @@ class BridgeWorker:
         async with contextlib.aclosing(client):
             while not self._stopping:
                 await self._ensure_server(client)
+                if self._stopping:  # stopped while probing: the wait below would never end
+                    break
                 ticket = self._gate.take(time.monotonic())
                 self.monitor.count("frames_stale", len(self._gate.drain_stale()))
                 if ticket is None:
@@ -224,7 +233,7 @@ class BridgeWorker:
                 reason = "health check failed"
             except ServerUnavailable as exc:
                 reason = str(exc)
-            self._server_unavailable(f"{self.server_url}: {reason}")
+            self._server_unavailable(f"{self.server_url}: {reason}", self._newest_stamp)
             await self._back_off()
 
     async def _back_off(self) -> None:
@@ -257,25 +266,30 @@ class BridgeWorker:
                 "instruction only, no actions will be published",
             )
 
-    def _server_failed(self, reason: str) -> None:
+    def _server_unavailable(self, reason: str, stamp: tuple[int, int] | None) -> None:
+        self._outage = True
         if self.monitor.server_down(reason):
             self._sink.report("error", f"server unavailable: {reason}; applying on_late")
-            self._apply_on_late()
+            self._apply_on_late(stamp)
 
-    def _server_unavailable(self, reason: str) -> None:
-        self._outage = True
-        self._server_failed(reason)
+    def _request_rejected(self, reason: str, stamp: tuple[int, int]) -> None:
+        self.monitor.count("frames_failed")
+        self.monitor.request_error(reason)
+        message = f"the server refuses the request: {reason}"
+        if self.monitor.request_rejected(reason):
+            self._sink.report("error", f"{message}; applying on_late")
+            self._apply_on_late(stamp)
+        else:
+            self._sink.report("error", message)
 
     def _request_succeeded(self) -> None:
         self._backoff.reset()
         outage, self._outage = self._outage, False
-        if not self.monitor.server_up():
-            return
-        if outage:
+        if self.monitor.request_accepted():
+            self._sink.report("info", "the server accepts the requests again")
+        if self.monitor.server_up() and outage:
             self.monitor.count("reconnects")
             self._sink.report("info", f"server {self.server_url} is back")
-        else:  # after a rejected request: the server itself was reachable throughout
-            self._sink.report("info", "server answers again")
 
     async def _open_session(self, client: VlaStreamClient, session: str) -> None:
         """Opens `session` before its first request: at connect, after a re-probe, and when the
@@ -313,20 +327,14 @@ class BridgeWorker:
             except RequestRejected as exc:
                 if self._server.support.reject(exc.field):
                     continue  # an optional field this server does not know: resend without
-                self._request_failed(f"request rejected: {exc}")
+                self._request_rejected(str(exc), ticket.job.stamp)
                 return
             except ServerUnavailable as exc:
                 self._server.ready = False  # re-probe (and reopen the session) before a retry
-                self._request_failed(str(exc), unavailable=True)
+                self.monitor.count("frames_failed")
+                self.monitor.request_error(str(exc))
+                self._server_unavailable(str(exc), ticket.job.stamp)
                 return
-
-    def _request_failed(self, reason: str, *, unavailable: bool = False) -> None:
-        self.monitor.count("frames_failed")
-        self.monitor.count("request_errors")
-        if unavailable:
-            self._server_unavailable(reason)
-        else:
-            self._server_failed(reason)
 
     async def _consume(
         self, client: VlaStreamClient, ticket: Ticket[FrameJob], body: dict[str, Any]
@@ -367,7 +375,7 @@ class BridgeWorker:
         try:
             self._sink.publish_action(ticket.job.stamp, t.actions, action)
         except ValueError as exc:
-            self.monitor.count("request_errors")
+            self.monitor.request_error(f"action not published: {exc}")
             self._sink.report("error", f"action not published: {exc}")
             return
         published_s = time.monotonic()

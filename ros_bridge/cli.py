@@ -1,4 +1,5 @@
-"""`vla-bridge`: the bridge off ROS (run), bag tools (replay, record), a simulated robot (sim).
+"""`vla-bridge`: the bridge off ROS (run), bag tools (replay, record), a simulated robot
+(sim), and the ROS 2 graph without ROS 2 (`node list`, `param get|set|list`).
 
 `vla-bridge [run] [--model M] [--port P] [--camera TOPIC] [--<parameter> VALUE ...]` starts
 `vla-server serve` and VlaBridgeNode on the shim, with the same arguments (and defaults) as
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ros_bridge import extras
+from ros_bridge import extras, graph_args
 
 if TYPE_CHECKING:
     from ros_bridge.bridge_params import ParamSpec
@@ -100,8 +101,19 @@ def add_replay_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image-topics", nargs="+", default=None, help="default: all cameras")
     parser.add_argument("--rate", type=float, default=1.0, help="playback speed factor")
     parser.add_argument("--instruction", default=None)
+    add_unnorm_key_option(parser)
     parser.add_argument("--plot", type=Path, default=None, help="also write this PNG")
     add_param_option(parser, "another node parameter")
+
+
+def add_unnorm_key_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--unnorm-key",
+        "--unnorm_key",
+        dest="unnorm_key",
+        default=None,
+        help="action statistics key",
+    )
 
 
 def add_record_args(parser: argparse.ArgumentParser) -> None:
@@ -125,6 +137,7 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--camera-size", default="640x480", help="WIDTHxHEIGHT")
     parser.add_argument("--instruction", default=None)
     parser.add_argument("--seed", type=int, default=0, help="the task's reset seed")
+    add_unnorm_key_option(parser)
     parser.add_argument(
         "--full-render", action="store_true", help="shadows and anti-aliasing (~7x the CPU)"
     )
@@ -148,6 +161,8 @@ COMMANDS = {
     "replay": Command("ros_bridge.replay", add_replay_args, (extras.YAML, extras.ROSBAGS)),
     "record": Command("ros_bridge.record", add_record_args, (extras.YAML, extras.ROSBAGS)),
     "sim": Command("ros_bridge.sim.sim_command", add_sim_args, (extras.YAML, extras.ROSBAGS)),
+    "node": Command("ros_bridge.graph_cli", graph_args.add_node_args, (extras.YAML,)),
+    "param": Command("ros_bridge.graph_cli", graph_args.add_param_args, (extras.YAML,)),
 }
 
 

@@ -32,6 +32,7 @@ _SUBMODULES = (
     "time",
     "utilities",
 )
+_SRV_PACKAGES = ("rcl_interfaces",)
 _MSG_PACKAGES = (
     "builtin_interfaces",
     "std_msgs",
@@ -50,6 +51,8 @@ def _load(prefix: str) -> dict[str, ModuleType]:
     for package in _MSG_PACKAGES:
         modules[package] = importlib.import_module(prefix + package)
         importlib.import_module(f"{prefix}{package}.msg")
+    for package in _SRV_PACKAGES:
+        importlib.import_module(f"{prefix}{package}.srv")
     return modules
 
 

@@ -4,6 +4,10 @@
 `zero`: publish a zero vector (velocity-controlled arms stop);
 `stop`: stop commanding: the late request is cancelled and, for joint_trajectory_controller,
 an empty trajectory is sent (it cancels the running trajectory and holds position).
+
+A command carries the stamp of the camera frame whose action it replaces (the late or failed
+frame; for an outage found between requests, the newest frame received), so a trajectory's
+`header.stamp` still says which frame it answers; None (no frame yet) means the node's clock.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ class OnLate(StrEnum):
 class LateCommand:
     policy: OnLate
     values: tuple[float, ...] | None  # None: stop commanding
+    stamp: tuple[int, int] | None = None  # (sec, nanosec) of the frame it replaces
 
 
 def parse_on_late(text: str) -> OnLate:
@@ -33,7 +38,10 @@ def parse_on_late(text: str) -> OnLate:
 
 
 def late_command(
-    policy: OnLate, last_action: tuple[float, ...] | None, dim: int | None
+    policy: OnLate,
+    last_action: tuple[float, ...] | None,
+    dim: int | None,
+    stamp: tuple[int, int] | None = None,
 ) -> LateCommand | None:
     """The command for `policy`, or None when there is nothing sensible to send.
 
@@ -41,8 +49,8 @@ def late_command(
     else the width of the last action).
     """
     if policy is OnLate.HOLD:
-        return None if last_action is None else LateCommand(policy, last_action)
+        return None if last_action is None else LateCommand(policy, last_action, stamp)
     if policy is OnLate.ZERO:
         width = dim if dim else (len(last_action) if last_action else None)
-        return None if width is None else LateCommand(policy, (0.0,) * width)
-    return LateCommand(policy, None)
+        return None if width is None else LateCommand(policy, (0.0,) * width, stamp)
+    return LateCommand(policy, None, stamp)

@@ -4,7 +4,9 @@ The bridge feeds this monitor from its worker thread; the diagnostics timer read
 executor thread, hence the lock. `statuses()` closes a reporting period: "this period" counts
 (bad frames, deadline misses) reset there, as diagnostic_updater's FrequencyStatus windows do,
 so a node recovers to OK one period after a fault ends. Percentiles are over the last `window`
-samples, linear interpolation between order statistics (numpy's default).
+samples, linear interpolation between order statistics (numpy's default). A server that cannot
+be reached or fails (5xx) is the "inference server" status; a server that answers but refuses the
+requests (4xx: the request is wrong, e.g. no `unnorm_key`) is the "requests" status.
 """
 
 from __future__ import annotations
@@ -91,10 +93,19 @@ class RollingWindow:
         return list(self._samples)
 
 
+FIRST_REASONS = 5  # distinct request-error reasons kept, in order of first appearance
+
+
 @dataclass
 class _ServerState:
     up: bool = True
     last_error: str = ""
+
+
+@dataclass
+class _RequestState:
+    rejected: bool = False  # the server refused the last request (a 4xx)
+    last_rejection: str = ""
 
 
 @dataclass
@@ -117,6 +128,8 @@ class LatencyMonitor:
         self.windows = {m: RollingWindow(self.window) for m in METRICS}
         self.counters = dict.fromkeys(COUNTERS, 0)
         self._server = _ServerState()
+        self._requests = _RequestState()
+        self.request_error_reasons: list[str] = []
         self._period = _Period(started=self.clock())
         self._last_frame_at: float | None = None
 
@@ -164,6 +177,33 @@ class LatencyMonitor:
         with self._lock:
             return self._server.up
 
+    def request_error(self, reason: str) -> None:
+        """Counts a request that produced no action (failed, refused, unpublishable)."""
+        with self._lock:
+            self.counters["request_errors"] += 1
+            reasons = self.request_error_reasons
+            if reason not in reasons and len(reasons) < FIRST_REASONS:
+                reasons.append(reason)
+
+    def request_rejected(self, reason: str) -> bool:
+        """Marks the requests refused by the server; True if they were accepted until now."""
+        with self._lock:
+            was_accepted = not self._requests.rejected
+            self._requests = _RequestState(rejected=True, last_rejection=reason)
+            return was_accepted
+
+    def request_accepted(self) -> bool:
+        """Marks the requests accepted again; True if they were refused until now."""
+        with self._lock:
+            was_rejected = self._requests.rejected
+            self._requests.rejected = False
+            return was_rejected
+
+    @property
+    def requests_rejected(self) -> bool:
+        with self._lock:
+            return self._requests.rejected
+
     def set_budgets(self, budgets: Budgets) -> None:
         with self._lock:
             self.budgets = budgets
@@ -175,6 +215,7 @@ class LatencyMonitor:
             reports = [
                 self._camera_status(prefix, now),
                 self._server_status(prefix),
+                self._requests_status(prefix),
                 self._latency_status(prefix),
             ]
             self._period = _Period(started=now)
@@ -220,6 +261,19 @@ class LatencyMonitor:
         if not s.up:
             return StatusReport(name, Level.ERROR, f"server unavailable: {s.last_error}", values)
         return StatusReport(name, Level.OK, "server reachable", values)
+
+    def _requests_status(self, prefix: str) -> StatusReport:
+        r = self._requests
+        values = (
+            ("state", "rejected" if r.rejected else "accepted"),
+            ("last_rejection", r.last_rejection),
+            ("request_errors", str(self.counters["request_errors"])),
+        )
+        name = prefix + "requests"
+        if r.rejected:
+            msg = f"the server refuses the requests: {r.last_rejection}"
+            return StatusReport(name, Level.ERROR, msg, values)
+        return StatusReport(name, Level.OK, "requests accepted", values)
 
     def _latency_status(self, prefix: str) -> StatusReport:
         b, c = self.budgets, self.counters

@@ -198,6 +198,7 @@ def _report(
         "frames_published": len(published),
         "frames_in": counters["frames_in"],
         **{name: counters[name] for name in REPORT_COUNTERS},
+        "request_error_reasons": list(monitor.request_error_reasons),
         **monitor.percentiles(),
         "diagnostic_levels_seen": levels,
         "worst_level": worst.name,
@@ -219,10 +220,12 @@ def write_report(report: dict[str, Any], path: Path) -> None:
 
 
 def command(ns: argparse.Namespace) -> None:
-    """`vla-bridge replay BAG --server-url URL --report REPORT.json [--plot PNG]`."""
-    config = ReplayConfig(
-        ns.bag, ns.server_url, ns.image_topics, ns.rate, ns.instruction, dict(ns.param)
-    )
+    """`vla-bridge replay BAG --server-url URL --report REPORT.json [--plot PNG]`; exits 1 when
+    no frame produced an action (the first reasons are in the report and on stderr)."""
+    params = dict(ns.param)
+    if ns.unnorm_key is not None:
+        params["unnorm_key"] = ns.unnorm_key
+    config = ReplayConfig(ns.bag, ns.server_url, ns.image_topics, ns.rate, ns.instruction, params)
     report = run_replay(config)
     write_report(report, ns.report)
     if ns.plot is not None:
@@ -232,3 +235,6 @@ def command(ns: argparse.Namespace) -> None:
     summary = {k: report[k] for k in ("frames_in", "frames_processed", "deadline_misses")}
     summary["frame_to_action"] = report["frame_to_action"]
     print(json.dumps(summary))
+    if report["action_streams"] == 0:
+        reasons = "; ".join(report["request_error_reasons"]) or "no request was answered"
+        raise SystemExit(f"vla-bridge replay: no frame produced an action: {reasons}")

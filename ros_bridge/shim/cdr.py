@@ -3,8 +3,9 @@
 A sample is the 4-byte encapsulation header (`00 01 00 00`: CDR little-endian) followed by the
 fields in declaration order, each primitive aligned to its size counted from the end of the
 header; strings and sequences carry a uint32 length (strings count their NUL terminator). An empty
-sequence adds no padding for its element type. Numeric sequences are copied as one buffer, so a
-VGA image costs one memcpy each way, not a million Python calls.
+sequence adds no padding for its element type; a fixed-size array has no length, only its elements.
+Numeric sequences are copied as one buffer, so a VGA image costs one memcpy each way, not a
+million Python calls.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import struct
 import sys
 from typing import Any, TypeVar
 
-from ros_bridge.shim.fields import FieldType, Primitive, Sequence
+import numpy as np
+
+from ros_bridge.shim.fields import Array, FieldType, Primitive, Sequence
 from ros_bridge.shim.message import Message
 
 M = TypeVar("M", bound=Message)
@@ -76,6 +79,12 @@ class _Writer:
             self.primitive(ftype, value)
         elif isinstance(ftype, Sequence):
             self.sequence(ftype, value)
+        elif isinstance(ftype, Array):
+            self.align(ftype.element.size)
+            self.put(
+                np.asarray(value, ftype.dtype.newbyteorder("<")).tobytes(),
+                ftype.length * ftype.element.size,
+            )
         else:
             self.fields(value)
 
@@ -141,6 +150,10 @@ class _Reader:
             return self.primitive(ftype)
         if isinstance(ftype, Sequence):
             return self.sequence(ftype)
+        if isinstance(ftype, Array):
+            self.align(ftype.element.size)
+            raw = self.take(ftype.length * ftype.element.size)
+            return np.frombuffer(raw, ftype.dtype.newbyteorder(self.order)).astype(ftype.dtype)
         return self.message(ftype)
 
     def primitive(self, ftype: Primitive) -> Any:

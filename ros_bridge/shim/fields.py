@@ -1,7 +1,8 @@
 """ROS 2 field types of the shim's messages and the value checks rosidl's Python setters make.
 
 Values take the Python types `rosidl_generator_py` gives them: numeric sequences are
-`array.array`, `byte` is a length-1 `bytes`, `string` is `str`, nested messages are instances.
+`array.array`, fixed-size numeric arrays are numpy arrays, `byte` is a length-1 `bytes`, `string`
+is `str` (`string<=N` at most N characters), nested messages are instances.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections.abc import Sequence as AbcSequence
 from collections.abc import Set as AbcSet
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 # A message class (a subclass of ros_bridge.shim.message.Message, which is built on this module):
 # here it is only constructed, isinstance-checked and named.
@@ -35,6 +38,7 @@ class Primitive:
     size: int
     low: float = 0
     high: float = 0
+    bound: int = 0  # string<=bound (0: unbounded)
 
     @property
     def is_float(self) -> bool:
@@ -55,7 +59,7 @@ class Primitive:
 
     def check(self, value: Any) -> bool:
         if self.name == "string":
-            return isinstance(value, str)
+            return isinstance(value, str) and not (self.bound and len(value) > self.bound)
         if self.name == "bool":
             return isinstance(value, bool)
         if self.name == "byte":
@@ -108,7 +112,32 @@ class Sequence:
         return array.array(self.element.code) if self.is_numeric else []  # type: ignore[union-attr]
 
 
-FieldType = Primitive | Sequence | MessageType
+@dataclass(frozen=True)
+class Array:
+    """`T[N]`: exactly `length` numeric elements, a numpy array as rosidl makes it."""
+
+    element: Primitive
+    length: int
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.element.code)
+
+    def default(self) -> Any:
+        return np.zeros(self.length, self.dtype)
+
+
+FieldType = Primitive | Sequence | Array | MessageType
+
+
+def bounded_string(bound: int) -> Primitive:
+    """`string<=bound`: encoded as any string; longer values are rejected."""
+    return Primitive("string", "", 4, bound=bound)
+
+
+def fixed_array(element: str, length: int) -> Array:
+    """`element[length]` of a numeric primitive (`char` is uint8, as rosidl_adapter maps it)."""
+    return Array(PRIMITIVES["uint8" if element == "char" else element], length)
 
 
 def seq(element: str | MessageType, max_len: int | None = None) -> Sequence:
@@ -117,7 +146,7 @@ def seq(element: str | MessageType, max_len: int | None = None) -> Sequence:
 
 
 def default_value(ftype: FieldType) -> Any:
-    if isinstance(ftype, Primitive | Sequence):
+    if isinstance(ftype, Primitive | Sequence | Array):
         return ftype.default()
     return ftype()
 
@@ -130,11 +159,24 @@ def coerce(ftype: FieldType, value: Any, field: str) -> Any:
         return bytes(value) if ftype.name == "byte" else value
     if isinstance(ftype, Sequence):
         return _coerce_sequence(ftype, value, field)
+    if isinstance(ftype, Array):
+        return _coerce_array(ftype, value, field)
     if not isinstance(value, ftype):
         raise FieldValueError(
             f"The '{field}' field must be a sub message of type '{ftype.__name__}'"
         )
     return value
+
+
+def _coerce_array(ftype: Array, value: Any, field: str) -> Any:
+    if isinstance(value, bytes | bytearray) and ftype.dtype.itemsize == 1:
+        value = np.frombuffer(value, ftype.dtype)
+    if not isinstance(value, np.ndarray | list | tuple) or len(value) != ftype.length:
+        raise FieldValueError(f"The '{field}' field must be a sequence with length {ftype.length}")
+    items = value.tolist() if isinstance(value, np.ndarray) else list(value)
+    if not all(ftype.element.check(v) for v in items):
+        raise FieldValueError(f"The '{field}' field values must be of type '{ftype.element.name}'")
+    return np.array(items, ftype.dtype)
 
 
 def _coerce_sequence(ftype: Sequence, value: Any, field: str) -> Any:

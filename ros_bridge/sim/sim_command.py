@@ -44,7 +44,7 @@ def config_from(ns: argparse.Namespace) -> Any:
         height=height,
         seed=ns.seed,
         instruction=ns.instruction,
-        params=dict(ns.param),
+        params=dict(ns.param) | ({"unnorm_key": ns.unnorm_key} if ns.unnorm_key else {}),
         record=ns.record,
         full_render=ns.full_render,
         command_timeout_s=ns.command_timeout,

@@ -1,8 +1,9 @@
 """Fault test: the server is killed mid-stream and restarted on the same port.
 
 The node must report ERROR on /diagnostics, apply `on_late` (zero: a zero command of the
-server's action width, stamped now), keep running, and recover to OK by itself once the
-server answers again, with action streams flowing for new frames.
+server's action width, stamped with the frame whose action it replaces), keep running, and
+recover to OK by itself once the server answers again, with action streams flowing for new
+frames.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from vla_server.server_subprocess import free_port, start_server
 
 BAG = Path(__file__).resolve().parents[1] / "data/aloha_transfer_cube_10hz"
 OK, ERROR = diagnostic_msgs.msg.DiagnosticStatus.OK, diagnostic_msgs.msg.DiagnosticStatus.ERROR
-FRAME_SEC = 1_000_000  # frame stamps count up from here; on_late commands carry "now"
+FRAME_SEC = 1_000_000  # frame stamps count up from here, on_late commands' too
 NOW_SEC = 1_500_000_000  # any wall-clock stamp of this decade is above this
+STATUSES = 4  # camera input, inference server, requests, latency
 # Latency budgets no machine misses: a cold request on a slow, shared box would otherwise hold
 # the latency status at WARN (P99 over the window) or ERROR (a deadline miss), and a miss would
 # send the same on_late zero command the fault must cause. Only the fault drives the levels.
@@ -53,18 +55,20 @@ class Observer:
 
     def all_levels(self, level: bytes) -> bool:
         with self.lock:
-            return len(self.levels) == 3 and all(v == level for v in self.levels.values())
+            return len(self.levels) == STATUSES and all(v == level for v in self.levels.values())
 
     def level(self, name: str) -> bytes | None:
         with self.lock:
             return self.levels.get(name)
 
     def frame_streams_after(self, index: int) -> set[int]:
+        """Frames that got actions: an action is meant for a time after its frame (an on_late
+        command, for the moment it is sent: time_from_start 0)."""
         with self.lock:
             return {
                 c.header.stamp.sec
                 for c in self.commands[index:]
-                if c.points and FRAME_SEC <= c.header.stamp.sec < NOW_SEC
+                if c.points and _offset_ns(c) > 0 and FRAME_SEC <= c.header.stamp.sec < NOW_SEC
             }
 
     def zero_commands(self) -> list[Any]:
@@ -72,8 +76,13 @@ class Observer:
             return [
                 c
                 for c in self.commands
-                if c.header.stamp.sec >= NOW_SEC and c.points and not any(c.points[0].positions)
+                if c.points and _offset_ns(c) == 0 and not any(c.points[0].positions)
             ]
+
+
+def _offset_ns(command: Any) -> int:
+    start = command.points[0].time_from_start
+    return start.sec * 1_000_000_000 + start.nanosec
 
 
 def camera_loop(publisher: Any, stop: threading.Event) -> None:
@@ -139,6 +148,7 @@ def test_server_killed_mid_stream_and_restarted(inproc_rclpy: None, tmp_path: Pa
         wait_for("on_late zero command", lambda: seen.zero_commands())
         zero = seen.zero_commands()[0]
         assert list(zero.points[0].positions) == [0.0] * 7  # the server's action_dim
+        assert FRAME_SEC <= zero.header.stamp.sec < NOW_SEC  # the frame it stands in for
         assert node.monitor.counters["late_commands"] >= 1
 
         server = start_server(port=port, log_path=tmp_path / "server.log")

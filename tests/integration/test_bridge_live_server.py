@@ -167,8 +167,8 @@ def test_replay_command_writes_report_and_plot(server, tmp_path) -> None:
         "4",
         "--instruction",
         "stack the cube",
-        "--param",
-        "unnorm_key:=aloha_left",
+        "--unnorm-key",
+        "aloha_left",
         "--param",
         "num_actions:=1",
     ]
@@ -180,6 +180,24 @@ def test_replay_command_writes_report_and_plot(server, tmp_path) -> None:
     assert data["actions_published"] == data["frames_processed"]  # num_actions:=1
     assert plot.read_bytes()[:4] == b"\x89PNG"
     assert json.loads(done.stdout.strip().splitlines()[-1])["frames_in"] == 100
+
+
+def test_replay_without_unnorm_key_fails_naming_the_wrong_request(server, tmp_path) -> None:
+    """The demo node needs an unnorm_key: every request is a 400, which is a wrong request (not
+    an outage), reported as one, and a replay that produced no action fails."""
+    report = tmp_path / "report.json"
+    cmd = [sys.executable, "-m", "ros_bridge.cli", "replay", str(BAG), "--server-url", server.url]
+    cmd += ["--report", str(report), "--rate", "4"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "no frame produced an action: HTTP 400: unnorm_key is required" in done.stderr
+    data = json.loads(report.read_text())
+    assert data["action_streams"] == 0 and data["request_errors"] == data["frames_failed"] > 0
+    (reason,) = data["request_error_reasons"]
+    assert reason.startswith("HTTP 400: unnorm_key is required; known keys: ")
+    assert data["diagnostic_levels_seen"]["vla_bridge: requests"][-1] == "ERROR"
+    assert data["diagnostic_levels_seen"]["vla_bridge: inference server"] == ["OK"]
+    assert "server unavailable" not in done.stderr
 
 
 def test_bridge_benchmark_writes_json_and_plot_under_bench_out(server, tmp_path) -> None:

@@ -9,8 +9,7 @@ exchanged with an independently declared cyclonedds type, the way a C++ node's w
 from __future__ import annotations
 
 import random
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +36,7 @@ from ros_bridge.shim.rclpy.node import Node
 from ros_bridge.shim.rclpy.qos import qos_profile_sensor_data
 from ros_bridge.shim.sensor_msgs.msg import Image
 from ros_bridge.shim.transport.dds import LOOPBACK_CONFIG
+from tests.helpers.waiting import wait_until
 
 IMAGE_HASH = "RIHS01_d31d41a9a4c4bc8eae9be757b0beed306564f7526c88ea6a4588fb9582527d47"
 
@@ -100,23 +100,13 @@ def shim(monkeypatch: pytest.MonkeyPatch) -> Iterator[Shim]:
         context.try_shutdown()
 
 
-def _wait_for(probe: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = probe()
-        if found:
-            return found
-        time.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}")
-
-
 def _endpoint(observer: DomainParticipant, builtin: Any, topic: str) -> Any:
     reader = BuiltinDataReader(observer, builtin)
 
     def probe() -> Any:
         return next((s for s in reader.read(N=256) if s.topic_name == topic), None)
 
-    return _wait_for(probe, f"discovery of {topic}")
+    return wait_until(probe, f"discovery of {topic}")
 
 
 def test_endpoints_follow_ros2_conventions(shim: Shim) -> None:
@@ -140,7 +130,7 @@ def test_endpoints_follow_ros2_conventions(shim: Shim) -> None:
     assert reader.qos[Policy.History] == Policy.History.KeepLast(5)
     assert reader.qos[Policy.Reliability] == Policy.Reliability.BestEffort
     participants = BuiltinDataReader(shim.observer, BuiltinTopicDcpsParticipant)
-    ours = _wait_for(
+    ours = wait_until(
         lambda: [p for p in participants.read(N=64) if p.key == writer.participant_key],
         "the shim's participant",
     )
@@ -157,14 +147,14 @@ def test_exchange_with_an_independent_dds_peer(shim: Shim) -> None:
     peer_writer = DataWriter(
         shim.observer, Topic(shim.observer, "rt/from_peer", PeerImage), qos=ROS_DEFAULT_QOS
     )
-    _wait_for(lambda: to_peer.get_subscription_count(), "the peer's reader")
-    _wait_for(lambda: peer_writer.get_publication_matched_status().current_count, "the shim")
+    wait_until(lambda: to_peer.get_subscription_count(), "the peer's reader")
+    wait_until(lambda: peer_writer.get_publication_matched_status().current_count, "the shim")
 
     sent = Image(height=3, width=4, encoding="rgb8", step=12, data=bytes(range(36)))
     sent.header.frame_id = "cam_ü"
     sent.header.stamp.sec, sent.header.stamp.nanosec = 1_700_000_000, 123
     to_peer.publish(sent)
-    got = _wait_for(lambda: peer_reader.take(N=1), "the peer to receive")[0]
+    got = wait_until(lambda: peer_reader.take(N=1), "the peer to receive")[0]
     assert (got.header.stamp.sec, got.header.stamp.nanosec) == (1_700_000_000, 123)
     assert (got.header.frame_id, got.height, got.width) == ("cam_ü", 3, 4)
     assert (got.encoding, got.step, bytes(got.data)) == ("rgb8", 12, bytes(range(36)))
@@ -185,7 +175,7 @@ def test_exchange_with_an_independent_dds_peer(shim: Shim) -> None:
         shim.executor.spin_once(timeout_sec=0.1)
         return bool(received)
 
-    _wait_for(spin_until_received, "the shim to receive")
+    wait_until(spin_until_received, "the shim to receive")
     msg = received[0]
     assert (msg.header.stamp.sec, msg.header.stamp.nanosec, msg.header.frame_id) == (5, 6, "peer")
     assert (msg.height, msg.width, msg.encoding, msg.step) == (1, 2, "mono8", 2)

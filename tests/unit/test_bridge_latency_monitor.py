@@ -59,6 +59,7 @@ def test_no_frames_is_stale_then_ok() -> None:
     assert levels(monitor) == {
         "camera input": Level.OK,
         "inference server": Level.OK,
+        "requests": Level.OK,
         "latency": Level.OK,
     }
     clock.t += 3.0  # longer than stale_after_s without a frame
@@ -116,5 +117,28 @@ def test_prefix_names_statuses_like_diagnostic_updater() -> None:
     assert names == [
         "vla_bridge: camera input",
         "vla_bridge: inference server",
+        "vla_bridge: requests",
         "vla_bridge: latency",
     ]
+
+
+def test_refused_requests_are_their_own_status_not_an_outage() -> None:
+    monitor, _ = make_monitor()
+    monitor.frame_received()
+    assert monitor.request_rejected("HTTP 400: unnorm_key is required") is True
+    assert monitor.request_rejected("HTTP 400: unnorm_key is required") is False
+    statuses = {r.name: r for r in monitor.statuses()}
+    assert statuses["inference server"].level is Level.OK
+    requests = statuses["requests"]
+    assert requests.level is Level.ERROR and "unnorm_key is required" in requests.message
+    assert ("last_rejection", "HTTP 400: unnorm_key is required") in requests.values
+    assert monitor.request_accepted() is True and monitor.request_accepted() is False
+    assert levels(monitor)["requests"] is Level.OK
+
+
+def test_request_errors_keep_their_first_distinct_reasons() -> None:
+    monitor, _ = make_monitor()
+    for reason in ["a", "b", "a", "c", "d", "e", "f", "g"]:
+        monitor.request_error(reason)
+    assert monitor.counters["request_errors"] == 8
+    assert monitor.request_error_reasons == ["a", "b", "c", "d", "e"]

@@ -7,7 +7,6 @@ as a robot's other nodes would.
 from __future__ import annotations
 
 import io
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -17,7 +16,7 @@ import pytest
 from PIL import Image
 
 from ros_bridge.bridge_node import VlaBridgeNode
-from ros_bridge.bridge_params import PARAMS
+from ros_bridge.bridge_params import PARAM_RANGES, PARAMS
 from ros_bridge.compat import (
     builtin_interfaces,
     diagnostic_msgs,
@@ -25,6 +24,7 @@ from ros_bridge.compat import (
     sensor_msgs,
     trajectory_msgs,
 )
+from tests.helpers.waiting import Spinning
 from tests.unit.bridge_fakes import FakeServer
 
 Parameter = rclpy.parameter.Parameter
@@ -39,7 +39,9 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
 
 
 class Rig:
-    def __init__(self, server: FakeServer, **params: Any) -> None:
+    def __init__(
+        self, server: FakeServer, cli_args: list[str] | None = None, **params: Any
+    ) -> None:
         overrides = {
             "diagnostics_period_s": 0.05,
             "output": "joint_trajectory",
@@ -50,6 +52,7 @@ class Rig:
         self.node = VlaBridgeNode(
             http_transport=server.transport(),
             parameter_overrides=[Parameter(k, value=v) for k, v in overrides.items()],
+            cli_args=cli_args,
         )
         self.probe = rclpy.node.Node("probe")
         self.commands: list[Any] = []
@@ -62,15 +65,13 @@ class Rig:
         )
         compressed = self.node.get_parameter("compressed").value
         msg_type = sensor_msgs.msg.CompressedImage if compressed else sensor_msgs.msg.Image
-        self.cameras = {
-            topic: self.probe.create_publisher(msg_type, topic, 5)
-            for topic in self.node.get_parameter("image_topics").value
+        self.cameras = {  # the camera topics the node resolved (namespace, remaps)
+            sub.topic_name: self.probe.create_publisher(msg_type, sub.topic_name, 5)
+            for sub in self.node.subscriptions
+            if sub.msg_type is msg_type  # not joint_states_topic's subscription
         }
-        self.executor = rclpy.executors.MultiThreadedExecutor(num_threads=2)
-        self.executor.add_node(self.node)
-        self.executor.add_node(self.probe)
-        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
-        self.thread.start()
+        executor = rclpy.executors.MultiThreadedExecutor(num_threads=2)
+        self.spinning = Spinning(executor, self.node, self.probe)
 
     def publish(self, msg: Any, topic: str | None = None) -> None:
         self.cameras[topic or next(iter(self.cameras))].publish(msg)
@@ -79,10 +80,7 @@ class Rig:
         return {s.name.split(": ")[1]: s for s in self.diagnostics[-1].status}
 
     def close(self) -> None:
-        self.executor.shutdown(timeout_sec=10)
-        self.thread.join(10)
-        self.node.destroy_node()
-        self.probe.destroy_node()
+        self.spinning.stop()
 
 
 @pytest.fixture
@@ -318,3 +316,38 @@ def test_on_late_changed_at_runtime_reaches_the_executor(rig) -> None:
     states.publish(joint_state(6 * 1_000_000_000, 0.5))
     wait_for(lambda: len(r.commands) == 2)
     assert list(r.commands[1].points[0].positions) == [0.0] * 3
+
+
+def test_warnings_name_the_remapped_topic(rig, caplog: pytest.LogCaptureFixture) -> None:
+    remap = ["--ros-args", "-r", "image:=/robot/wrist/image_raw/compressed"]
+    r = rig(FakeServer(action_dim=3), cli_args=remap, compressed=True, num_actions=1)
+    broken = sensor_msgs.msg.CompressedImage(format="rgb8; jpeg compressed bgr8", data=b"\xff\xd8")
+    r.publish(broken)
+    wait_for(lambda: warned(r, "/robot/wrist/image_raw/compressed: undecodable compressed image"))
+    assert "dropped a frame on /robot/wrist/image_raw/compressed: undecodable" in caplog.text
+
+
+def test_a_late_trajectory_carries_the_stamp_of_the_frame_it_replaces(rig) -> None:
+    server = FakeServer(action_dim=3)
+    r = rig(server, num_actions=1, deadline_ms=150.0, on_late="hold")
+    r.publish(image(1))
+    wait_for(lambda: len(r.commands) == 1)
+    server.first_token_delay_s = 1.0  # the next frame misses its deadline
+    r.publish(image(2))
+    wait_for(lambda: len(r.commands) >= 2)
+    held = r.commands[1]
+    assert held.header.stamp.sec == 2 and held.header.stamp.nanosec == 500  # not the clock's now
+    assert list(held.points[0].positions) == list(r.commands[0].points[0].positions)
+    assert held.points[0].time_from_start.sec == held.points[0].time_from_start.nanosec == 0
+
+
+def test_bounded_parameters_declare_their_ranges(rig, caplog: pytest.LogCaptureFixture) -> None:
+    r = rig(FakeServer())
+    (deadline,) = r.node.describe_parameter("deadline_ms").floating_point_range
+    assert (deadline.from_value, deadline.to_value) == PARAM_RANGES["deadline_ms"]
+    (actions,) = r.node.describe_parameter("num_actions").integer_range
+    assert (actions.from_value, actions.to_value, actions.step) == (1, 1024, 1)
+    (too_many,) = r.node.set_parameters([Parameter("num_actions", value=5000)])
+    assert not too_many.successful and "out of range" in too_many.reason
+    assert r.node.set_parameters([Parameter("num_actions", value=4)])[0].successful
+    assert "parameters set: num_actions=4" in caplog.text

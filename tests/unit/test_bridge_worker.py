@@ -131,7 +131,8 @@ def test_missed_deadline_applies_hold_and_the_late_actions_still_arrive(make_wor
     server.first_token_delay_s = 0.6
     worker.submit(job(2))
     wait_for(lambda: worker.monitor.counters["frames_processed"] == 2)
-    assert sink.late == [LateCommand(OnLate.HOLD, sink.actions[1][2])]  # the last action held
+    # the last action held, stamped with the late frame's stamp (the frame it stands in for)
+    assert sink.late == [LateCommand(OnLate.HOLD, sink.actions[1][2], (2, 0))]
     assert [stamp for stamp, _, _ in sink.actions] == [(1, 0), (1, 0), (2, 0), (2, 0)]
     assert worker.monitor.counters["deadline_misses"] == 1
     assert {r.name: r.level for r in worker.monitor.statuses()}["latency"] is Level.ERROR
@@ -141,7 +142,7 @@ def test_stop_policy_cancels_the_late_request(make_worker) -> None:
     server = FakeServer(first_token_delay_s=1.0)
     worker, sink = make_worker(server, deadline_ms=100.0, on_late=OnLate.STOP)
     worker.submit(job(1))
-    wait_for(lambda: sink.late == [LateCommand(OnLate.STOP, None)])
+    wait_for(lambda: sink.late == [LateCommand(OnLate.STOP, None, (1, 0))])
     assert worker.wait_idle(10)
     assert sink.actions == []
     assert worker.monitor.counters["frames_processed"] == 0
@@ -156,7 +157,7 @@ def test_server_down_applies_on_late_once_then_recovers(make_worker) -> None:
     worker.submit(job(2))
     wait_for(lambda: not worker.monitor.server_is_up)
     time.sleep(0.2)  # several backoff rounds while down
-    assert sink.late == [LateCommand(OnLate.ZERO, (0.0, 0.0, 0.0))]
+    assert sink.late == [LateCommand(OnLate.ZERO, (0.0, 0.0, 0.0), (2, 0))]
     levels = {r.name: r.level for r in worker.monitor.statuses()}
     assert levels["inference server"] is Level.ERROR
     server.up = True
@@ -179,7 +180,8 @@ def test_5xx_while_health_answers_is_one_outage_backed_off_until_a_request_works
         worker.submit(job(n))
         # One growing delay per failed request: the backoff is not reset between frames.
         wait_for(lambda n=n: len(server.bodies) == n and backoff.attempts == n)
-    assert sink.late == [LateCommand(OnLate.ZERO, (0.0, 0.0, 0.0))]  # once for the outage
+    # once for the outage, stamped with the first frame that got no action
+    assert sink.late == [LateCommand(OnLate.ZERO, (0.0, 0.0, 0.0), (1, 0))]
     assert worker.monitor.counters["reconnects"] == 0
     assert worker.monitor.counters["frames_failed"] == 4
     assert [level for level, _ in sink.reports] == ["error"]  # no "back" between frames
@@ -225,10 +227,33 @@ def test_rejected_request_is_an_error_until_one_succeeds(make_worker) -> None:
     worker, sink = make_worker(server, deadline_ms=30_000.0, on_late=OnLate.STOP)
     worker.submit(job(1))
     wait_for(lambda: worker.monitor.counters["request_errors"] == 1)
-    assert not worker.monitor.server_is_up and sink.late == [LateCommand(OnLate.STOP, None)]
+    # The request was wrong, not the server: no outage, the reason where an operator looks.
+    assert worker.monitor.server_is_up and worker.monitor.requests_rejected
+    assert sink.late == [LateCommand(OnLate.STOP, None, (1, 0))]
+    assert sink.reports == [
+        ("error", "the server refuses the request: HTTP 0: bad key; applying on_late")
+    ]
+    statuses = {r.name: r for r in worker.monitor.statuses()}
+    assert statuses["inference server"].level is Level.OK
+    assert statuses["requests"].level is Level.ERROR and "bad key" in statuses["requests"].message
     server.finish = None
     worker.submit(job(2))
-    wait_for(lambda: worker.monitor.server_is_up)
+    wait_for(lambda: not worker.monitor.requests_rejected)
+    assert sink.reports[-1] == ("info", "the server accepts the requests again")
+
+
+def test_a_4xx_is_reported_as_a_wrong_request_without_backoff(make_worker) -> None:
+    server = FakeServer(token_delay_s=0.0, generate_error=400)
+    backoff = Backoff(initial_s=0.01, max_s=0.05)
+    worker, sink = make_worker(server, backoff, deadline_ms=30_000.0, on_late=OnLate.STOP)
+    for n in range(1, 4):
+        worker.submit(job(n))
+        wait_for(lambda n=n: worker.monitor.counters["request_errors"] == n)
+    assert backoff.attempts == 0 and worker.monitor.server_is_up
+    assert sink.late == [LateCommand(OnLate.STOP, None, (1, 0))]  # once, when refusals start
+    assert [level for level, _ in sink.reports] == ["error"] * 3
+    (reason,) = worker.monitor.request_error_reasons  # the same reason, kept once
+    assert reason.startswith("HTTP 400")
 
 
 def test_malformed_sse_lines_reach_the_monitor(make_worker) -> None:
@@ -260,3 +285,11 @@ def test_frame_that_waited_past_its_deadline_is_never_sent(make_worker) -> None:
     assert len(server.accepted) == 1
     assert worker.monitor.counters["deadline_misses"] == 2
     assert {stamp for stamp, _, _ in sink.actions} == {(1, 0)}
+
+
+def test_stop_ends_the_loop_while_the_server_is_still_being_probed(make_worker) -> None:
+    server = FakeServer(up=False)  # never reachable: the loop is probing and backing off
+    worker, _ = make_worker(server, backoff=Backoff(initial_s=0.01, max_s=0.01))
+    wait_for(lambda: not worker.monitor.server_is_up)
+    worker.stop(timeout_s=60)
+    assert worker._main is not None and worker._main.done() and worker._main.exception() is None

@@ -1,7 +1,8 @@
 """The shim's CDR bytes against rosbags' serializer (an independent ROS 2 implementation).
 
 Each sample message is built once with the shim's classes; `to_rosbags` rebuilds it as a rosbags
-object by walking rosbags' own message definitions, so field names and types come from rosbags.
+object by walking rosbags' own message definitions, so field names and types come from rosbags
+(its Jazzy store, plus the parameter services from their .srv files: tests/helpers/ros_reference).
 """
 
 from __future__ import annotations
@@ -14,19 +15,25 @@ import numpy as np
 import pytest
 from PIL import Image as PilImage
 from rosbags.interfaces import Nodetype
-from rosbags.typesys import Stores, get_typestore
 
 from ros_bridge.shim.builtin_interfaces.msg import Duration, Time
 from ros_bridge.shim.cdr import CdrError, deserialize_message, serialize_message
 from ros_bridge.shim.diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from ros_bridge.shim.message import Message
+from ros_bridge.shim.rcl_interfaces import srv
 from ros_bridge.shim.rcl_interfaces.msg import (
     FloatingPointRange,
     IntegerRange,
+    ListParametersResult,
+    Log,
+    Parameter,
     ParameterDescriptor,
+    ParameterEvent,
     ParameterType,
+    ParameterValue,
     SetParametersResult,
 )
+from ros_bridge.shim.rmw_dds_common.msg import Gid, NodeEntitiesInfo, ParticipantEntitiesInfo
 from ros_bridge.shim.sensor_msgs.msg import CompressedImage, Image, JointState
 from ros_bridge.shim.std_msgs.msg import (
     Float64MultiArray,
@@ -35,8 +42,9 @@ from ros_bridge.shim.std_msgs.msg import (
     MultiArrayLayout,
 )
 from ros_bridge.shim.trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+from tests.helpers.ros_reference import type_hash, typestore
 
-TS = get_typestore(Stores.ROS2_JAZZY)
+TS = typestore()
 NUMPY_DTYPES = {
     "bool": np.bool_,
     "byte": np.uint8,
@@ -71,8 +79,13 @@ def _to_rosbags_value(desc: Any, value: Any) -> Any:
         return value[0] if detail[0] == "byte" else value
     (elem_kind, elem_detail), _bound = detail
     if elem_kind == Nodetype.BASE and elem_detail[0] != "string":
-        return np.asarray(list(value), dtype=NUMPY_DTYPES[elem_detail[0]])
+        return np.asarray(_numbers(value), dtype=NUMPY_DTYPES[elem_detail[0]])
     return [_to_rosbags_value((elem_kind, elem_detail), v) for v in value]
+
+
+def _numbers(values: Any) -> list[Any]:
+    """Sequence elements as numbers (a `byte[]` holds 1-byte bytes in rclpy, ints in rosbags)."""
+    return [v[0] if isinstance(v, bytes) else v for v in values]
 
 
 def assert_same_content(shim_msg: Message, rb_msg: Any) -> None:
@@ -91,7 +104,10 @@ def _assert_same_value(desc: Any, mine: Any, theirs: Any, where: str) -> None:
         (elem_kind, elem_detail), _ = detail
         assert len(mine) == len(theirs), where
         if elem_kind == Nodetype.BASE and elem_detail[0] != "string":
-            np.testing.assert_array_equal(np.asarray(list(mine)), np.asarray(theirs), err_msg=where)
+            theirs = np.asarray(theirs)
+            if elem_detail[0] == "byte":  # rosbags decodes byte as int8, rclpy as 1-byte bytes
+                theirs = theirs.astype(np.uint8)
+            np.testing.assert_array_equal(np.asarray(_numbers(mine)), theirs, err_msg=where)
         else:
             for a, b in zip(mine, theirs, strict=True):
                 _assert_same_value((elem_kind, elem_detail), a, b, where)
@@ -161,6 +177,76 @@ def _diagnostics() -> DiagnosticArray:
     return DiagnosticArray(header=_header(""), status=statuses)
 
 
+def _parameter_values() -> ParameterValue:
+    return ParameterValue(
+        type=ParameterType.PARAMETER_STRING_ARRAY,
+        bool_value=True,
+        integer_value=-(2**62),
+        double_value=80.5,
+        string_value="hold",
+        byte_array_value=[b"\x00", b"\xff"],
+        bool_array_value=[True, False, True],
+        integer_array_value=[1, -2, 3],
+        double_array_value=[0.5],
+        string_array_value=["/cam/left", "/cam/rechts_ü"],
+    )
+
+
+_GID = Gid(data=bytes(range(1, 17)))
+GRAPH_SAMPLES: dict[str, Message] = {
+    "Gid": _GID,
+    "NodeEntitiesInfo/empty": NodeEntitiesInfo(node_namespace="/", node_name="n"),
+    "ParticipantEntitiesInfo": ParticipantEntitiesInfo(
+        gid=_GID,
+        node_entities_info_seq=[
+            NodeEntitiesInfo(
+                node_namespace="/robot",
+                node_name="vla_bridge",
+                reader_gid_seq=[_GID, Gid(data=bytes(16))],
+                writer_gid_seq=[Gid(data=b"\xff" * 16)],
+            ),
+            NodeEntitiesInfo(node_namespace="/", node_name="other"),
+        ],
+    ),
+    "Log": Log(
+        stamp=Time(sec=1_732_000_123, nanosec=5),
+        level=30,
+        name="vla_bridge.worker",
+        msg="server unavailable: ConnectError — ü",
+        file="/opt/ros_bridge/bridge_node.py",
+        function="report",
+        line=171,
+    ),
+    "ParameterValue": _parameter_values(),
+    "Parameter": Parameter(name="deadline_ms", value=ParameterValue(type=3, double_value=80.0)),
+    "ParameterEvent": ParameterEvent(
+        stamp=Time(sec=7, nanosec=8),
+        node="/vla_bridge",
+        new_parameters=[Parameter(name="a", value=_parameter_values())],
+        changed_parameters=[Parameter(name="deadline_ms", value=ParameterValue(type=3))],
+    ),
+    "ListParametersResult": ListParametersResult(names=["a.b", "c"], prefixes=["a"]),
+    "GetParameters_Request": srv.GetParameters.Request(names=["deadline_ms", "on_late"]),
+    "GetParameters_Response": srv.GetParameters.Response(values=[_parameter_values()]),
+    "GetParameterTypes_Response": srv.GetParameterTypes.Response(types=[3, 4, 9]),
+    "SetParameters_Request": srv.SetParameters.Request(
+        parameters=[Parameter(name="x", value=_parameter_values())]
+    ),
+    "SetParameters_Response": srv.SetParameters.Response(
+        results=[SetParametersResult(successful=False, reason="read-only")]
+    ),
+    "SetParametersAtomically_Response": srv.SetParametersAtomically.Response(
+        result=SetParametersResult(successful=True)
+    ),
+    "ListParameters_Request": srv.ListParameters.Request(prefixes=["a"], depth=2**64 - 1),
+    "ListParameters_Response": srv.ListParameters.Response(
+        result=ListParametersResult(names=["a.b"], prefixes=["a"])
+    ),
+    "DescribeParameters_Response": srv.DescribeParameters.Response(
+        descriptors=[ParameterDescriptor(name="x", type=2, read_only=True)]
+    ),
+}
+
 SAMPLES: dict[str, Message] = {
     "Time": Time(sec=-5, nanosec=999_999_999),
     "Duration": Duration(sec=3, nanosec=250_000_000),
@@ -224,6 +310,7 @@ SAMPLES: dict[str, Message] = {
     ),
     "SetParametersResult": SetParametersResult(successful=False, reason="budget must be > 0"),
     "ParameterType": ParameterType(),
+    **GRAPH_SAMPLES,
 }
 
 
@@ -287,7 +374,33 @@ def test_truncated_or_foreign_samples_raise_cdr_error(cut: int) -> None:
 
 @pytest.mark.parametrize("msg_type", sorted({type(m) for m in SAMPLES.values()}, key=str))
 def test_type_hashes_match_rosbags(msg_type: type[Message]) -> None:
-    assert msg_type._type_hash_ == TS.hash_rihs01(msg_type._type_name_)
+    assert msg_type._type_hash_ == type_hash(msg_type._type_name_)
+
+
+@pytest.mark.parametrize(
+    "srv_type",
+    [
+        srv.GetParameters,
+        srv.GetParameterTypes,
+        srv.SetParameters,
+        srv.SetParametersAtomically,
+        srv.ListParameters,
+        srv.DescribeParameters,
+    ],
+)
+def test_service_type_hashes_match_rosbags(srv_type: type) -> None:
+    """A service's hash covers its request, response and event messages, as rosidl builds it."""
+    assert srv_type._type_hash_ == type_hash(srv_type._type_name_)
+    assert srv_type.Request._type_name_ == srv_type._type_name_ + "_Request"
+
+
+def test_fixed_arrays_are_numpy_and_checked() -> None:
+    gid = deserialize_message(serialize_message(_GID), Gid)
+    assert gid.data.dtype == np.uint8 and gid.data.tobytes() == bytes(range(1, 17))
+    with pytest.raises(TypeError):
+        Gid(data=bytes(15))  # char[16] takes exactly 16
+    with pytest.raises(TypeError):
+        NodeEntitiesInfo(node_name="n" * 257)  # string<=256
 
 
 def test_image_hash_matches_the_published_constant() -> None:

@@ -306,4 +306,6 @@ def test_destroyed_entities(node: Node) -> None:
     assert node.destroy_publisher(publisher)
     with pytest.raises(RCLError):
         publisher.publish(JointState())
-    assert list(node.publishers) == [] and list(node.subscriptions) == []
+    # only the /parameter_events publisher every node has (as in rclpy) is left
+    assert [p.topic_name for p in node.publishers] == ["/parameter_events"]
+    assert list(node.subscriptions) == []

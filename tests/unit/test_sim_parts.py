@@ -100,3 +100,17 @@ def test_sim_refuses_parameters_it_wires_itself_and_a_missing_executor() -> None
         params(exeuctor="hold")
     with pytest.raises(ValueError, match="needs executor"):
         params(executor="none")
+
+
+def test_sim_takes_unnorm_key_directly() -> None:
+    import argparse
+
+    from ros_bridge.cli import add_sim_args
+    from ros_bridge.sim.sim_command import config_from
+
+    parser = argparse.ArgumentParser()
+    add_sim_args(parser)
+    ns = parser.parse_args(["--server-url", "u", "--report", "r.json", "--unnorm-key", "aloha"])
+    assert config_from(ns).params == {"unnorm_key": "aloha"}
+    ns = parser.parse_args(["--server-url", "u", "--report", "r.json"])
+    assert "unnorm_key" not in config_from(ns).params

@@ -1,1 +1,2 @@
-"""Stand-in for the ROS 2 package rcl_interfaces (the parameter messages in `.msg`)."""
+"""Stand-in for the ROS 2 package rcl_interfaces: parameter and log messages (`.msg`) and the
+parameter services (`.srv`)."""

@@ -11,6 +11,7 @@ from typing import Any
 
 from ros_bridge.shim.rclpy import (
     callback_groups,
+    client,
     clock,
     duration,
     executors,
@@ -19,6 +20,8 @@ from ros_bridge.shim.rclpy import (
     parameter,
     qos,
     serialization,
+    service,
+    task,
     time,
     utilities,
 )
@@ -28,6 +31,7 @@ from ros_bridge.shim.rclpy.node import Node
 
 __all__ = [
     "callback_groups",
+    "client",
     "clock",
     "create_node",
     "duration",
@@ -40,9 +44,12 @@ __all__ = [
     "parameter",
     "qos",
     "serialization",
+    "service",
     "shutdown",
     "spin",
     "spin_once",
+    "spin_until_future_complete",
+    "task",
     "time",
     "try_shutdown",
     "utilities",
@@ -126,5 +133,17 @@ def spin_once(
     try:
         executor.add_node(node)
         executor.spin_once(timeout_sec=timeout_sec)
+    finally:
+        executor.remove_node(node)
+
+
+def spin_until_future_complete(
+    node: Node, future: Any, executor: Executor | None = None, timeout_sec: float | None = None
+) -> None:
+    """Runs `node`'s callbacks until `future` is done or `timeout_sec` passes."""
+    executor = executor if executor is not None else get_global_executor()
+    try:
+        executor.add_node(node)
+        executor.spin_until_future_complete(future, timeout_sec=timeout_sec)
     finally:
         executor.remove_node(node)

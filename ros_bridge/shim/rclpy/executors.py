@@ -1,8 +1,10 @@
-"""rclpy.executors: run the callbacks of timers and subscriptions of the nodes added.
+"""rclpy.executors: run the callbacks of the timers, subscriptions, services and clients of the
+nodes added.
 
 Each `spin_once` runs (or, multi-threaded, dispatches) one callback. Work found ready in one look
 is served in order before anything found later, so a busy subscription cannot starve the others.
-A sample that does not decode is logged and dropped instead of stopping the executor.
+A sample (or request, or reply) that does not decode is logged and dropped instead of stopping
+the executor.
 """
 
 from __future__ import annotations
@@ -15,9 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ros_bridge.shim.cdr import CdrError
+from ros_bridge.shim.rclpy.client import Client
 from ros_bridge.shim.rclpy.context import Context, get_default_context
+from ros_bridge.shim.rclpy.service import Service
 from ros_bridge.shim.rclpy.subscription import Subscription
+from ros_bridge.shim.rclpy.task import Future as TaskFuture
 from ros_bridge.shim.rclpy.timer import Timer
+
+Waitable = Timer | Subscription | Service | Client
 
 
 class ExternalShutdownException(Exception):
@@ -34,9 +41,9 @@ class TimeoutException(Exception):
 
 @dataclass
 class _Work:
-    entity: Timer | Subscription
+    entity: Waitable
     node: Any
-    payload: bytes | None = None
+    payload: Any = None  # what the entity took: a sample, a request, a reply
 
 
 class Executor:
@@ -46,7 +53,7 @@ class Executor:
         self._context = context if context is not None else get_default_context()
         self._guard = self._context.guard
         self._nodes: list[Any] = []
-        self._batch: list[tuple[Timer | Subscription, Any]] = []
+        self._batch: list[tuple[Waitable, Any]] = []
         self._is_shutdown = False
 
     @property
@@ -86,6 +93,17 @@ class Executor:
     def spin_once(self, timeout_sec: float | None = None) -> None:
         raise NotImplementedError
 
+    def spin_until_future_complete(
+        self, future: TaskFuture, timeout_sec: float | None = None
+    ) -> None:
+        """Spins until `future` is done, the timeout passes, or shutdown."""
+        deadline = None if timeout_sec is None else time.monotonic() + timeout_sec
+        while self._context.ok() and not self._is_shutdown and not future.done():
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return
+            self.spin_once(timeout_sec=remaining if remaining is not None else 0.1)
+
     def shutdown(self, timeout_sec: float | None = None) -> bool:
         self._is_shutdown = True
         self.wake()
@@ -123,8 +141,12 @@ class Executor:
                 if wait is None or wait > 0:
                     self._guard.wait(wait)
 
-    def _entities(self) -> list[tuple[Timer | Subscription, Any]]:
-        return [(e, node) for node in self._nodes for e in (*node.timers, *node.subscriptions)]
+    def _entities(self) -> list[tuple[Waitable, Any]]:
+        return [
+            (e, node)
+            for node in self._nodes
+            for e in (*node.timers, *node.subscriptions, *node.services, *node.clients)
+        ]
 
     def _take_runnable(self) -> _Work | None:
         ready = [(e, n) for e, n in self._entities() if _is_ready(e)]
@@ -164,13 +186,14 @@ class Executor:
                 self._work_done()
                 self._guard.notify_all()
 
-    def _deliver(self, subscription: Subscription, work: _Work) -> None:
+    def _deliver(self, entity: Subscription | Service | Client, work: _Work) -> None:
         try:
-            msg = subscription.decode(work.payload or b"")
+            decoded = entity.decode(work.payload)
         except CdrError as exc:
-            work.node.get_logger().error(f"dropped a sample on {subscription.topic_name}: {exc}")
+            name = entity.topic_name if isinstance(entity, Subscription) else entity.srv_name
+            work.node.get_logger().error(f"dropped a sample on {name}: {exc}")
             return
-        subscription.callback(msg)
+        entity.run(decoded)
 
     def _work_started(self) -> None:
         pass
@@ -179,7 +202,7 @@ class Executor:
         pass
 
 
-def _is_ready(entity: Timer | Subscription) -> bool:
+def _is_ready(entity: Waitable) -> bool:
     return entity.is_ready() if isinstance(entity, Timer) else entity.has_pending()
 
 

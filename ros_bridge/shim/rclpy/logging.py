@@ -37,10 +37,15 @@ _PY_LEVEL = {
 }
 
 
+def logger_name(record: logging.LogRecord) -> str:
+    """The rcutils name of the logger that made `record` ('vla_bridge')."""
+    return record.name.removeprefix(_PREFIX + ".")
+
+
 class _RcutilsFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         severity = {"WARNING": "WARN", "CRITICAL": "FATAL"}.get(record.levelname, record.levelname)
-        name = record.name.removeprefix(_PREFIX + ".")
+        name = logger_name(record)
         return f"[{severity}] [{record.created:.9f}] [{name}]: {record.getMessage()}"
 
 
@@ -64,7 +69,7 @@ class RcutilsLogger:
 
     def __init__(self, name: str = "") -> None:
         self.name = name
-        self._py = logging.getLogger(f"{_PREFIX}.{name}" if name else _PREFIX)
+        self.py_logger = logging.getLogger(f"{_PREFIX}.{name}" if name else _PREFIX)
         self._sites: dict[tuple[str, int], list[Any]] = {}  # call site -> [calls, last log time]
         self._lock = threading.Lock()
         _ensure_output()
@@ -75,14 +80,14 @@ class RcutilsLogger:
         return RcutilsLogger(f"{self.name}.{name}" if self.name else name)
 
     def set_level(self, level: LoggingSeverity | int) -> None:
-        self._py.setLevel(_PY_LEVEL[LoggingSeverity(level)])
+        self.py_logger.setLevel(_PY_LEVEL[LoggingSeverity(level)])
 
     def get_effective_level(self) -> LoggingSeverity:
-        level = self._py.getEffectiveLevel()
+        level = self.py_logger.getEffectiveLevel()
         return max((s for s, py in _PY_LEVEL.items() if py <= level), default=LoggingSeverity.UNSET)
 
     def is_enabled_for(self, severity: LoggingSeverity | int) -> bool:
-        return self._py.isEnabledFor(_PY_LEVEL[LoggingSeverity(severity)])
+        return self.py_logger.isEnabledFor(_PY_LEVEL[LoggingSeverity(severity)])
 
     def log(self, message: Any, severity: LoggingSeverity | int, **kwargs: Any) -> bool:
         """Logs unless a filter suppresses it; returns whether it was logged, as rclpy does."""
@@ -93,7 +98,7 @@ class RcutilsLogger:
         severity = LoggingSeverity(severity)
         if not self.is_enabled_for(severity) or not self._passes_filters(kwargs):
             return False
-        self._py.log(_PY_LEVEL[severity], "%s", message, stacklevel=3)
+        self.py_logger.log(_PY_LEVEL[severity], "%s", message, stacklevel=3)
         return True
 
     def _passes_filters(self, kwargs: dict[str, Any]) -> bool:

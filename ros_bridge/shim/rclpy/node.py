@@ -1,13 +1,23 @@
-"""rclpy.node.Node: publishers, subscriptions, timers, parameters, logger and clock."""
+"""rclpy.node.Node: publishers, subscriptions, timers, services, clients, parameters, logger,
+clock and the graph.
+
+As rcl does for every node: it announces itself and its endpoints in the graph, publishes its
+log lines on /rosout (`enable_rosout`), its parameter changes on /parameter_events, and answers
+the parameter services (`start_parameter_services`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ros_bridge.shim.message import Message
+from ros_bridge.shim.graph import GraphCache
+from ros_bridge.shim.message import Message, ServiceType
+from ros_bridge.shim.parameter_services import ParameterService
+from ros_bridge.shim.rcl_interfaces.msg import Log, ParameterEvent
 from ros_bridge.shim.rclpy.arguments import RosArguments, parse_ros_args
 from ros_bridge.shim.rclpy.callback_groups import CallbackGroup, MutuallyExclusiveCallbackGroup
+from ros_bridge.shim.rclpy.client import Client
 from ros_bridge.shim.rclpy.clock import Clock, ROSClock
 from ros_bridge.shim.rclpy.context import Context, get_default_context
 from ros_bridge.shim.rclpy.exceptions import NotInitializedException
@@ -19,17 +29,26 @@ from ros_bridge.shim.rclpy.names import (
     remap_topic_name,
     validate_node_name,
 )
+from ros_bridge.shim.rclpy.node_graph import NodeGraph
 from ros_bridge.shim.rclpy.node_parameters import NodeParameters
 from ros_bridge.shim.rclpy.parameter import Parameter
 from ros_bridge.shim.rclpy.publisher import Publisher
-from ros_bridge.shim.rclpy.qos import QoSProfile, profile_from
+from ros_bridge.shim.rclpy.qos import (
+    QoSProfile,
+    profile_from,
+    qos_profile_parameter_events,
+    qos_profile_rosout_default,
+    qos_profile_services_default,
+)
+from ros_bridge.shim.rclpy.service import Service
 from ros_bridge.shim.rclpy.subscription import Subscription
 from ros_bridge.shim.rclpy.timer import Timer
+from ros_bridge.shim.rosout import ROSOUT_TOPIC, attach_rosout, detach_rosout
 
 S_TO_NS = 1_000_000_000
 
 
-class Node(NodeParameters):
+class Node(NodeParameters, NodeGraph):
     """A ROS 2 node. Construct after `rclpy.init()`; give it to an executor to run callbacks."""
 
     def __init__(
@@ -65,20 +84,49 @@ class Node(NodeParameters):
         }
         overrides.update({p.name: p for p in parameter_overrides or []})
         self._init_parameters(overrides, allow_undeclared_parameters)
-        self._publishers: list[Publisher] = []
-        self._subscriptions: list[Subscription] = []
-        self._timers: list[Timer] = []
-        self._default_callback_group = MutuallyExclusiveCallbackGroup()
-        self._clock = ROSClock()
-        self._logger = RcutilsLogger(self.get_fully_qualified_name().lstrip("/").replace("/", "."))
-        self._executor: Any = None
-        self._destroyed = False
+        self._init_entities()
+        self._join_graph(enable_rosout)
         if automatically_declare_parameters_from_overrides:
             self.declare_parameters(
                 "", [(n, p.value) for n, p in overrides.items() if n != "use_sim_time"]
             )
         if self.declare_parameter("use_sim_time", False).value:
             self._logger.warning("use_sim_time is not supported by the shim; using wall time")
+        if start_parameter_services:
+            ParameterService(self)
+
+    def _init_entities(self) -> None:
+        self._publishers: list[Publisher] = []
+        self._subscriptions: list[Subscription] = []
+        self._timers: list[Timer] = []
+        self._services: list[Service] = []
+        self._clients: list[Client] = []
+        self._default_callback_group = MutuallyExclusiveCallbackGroup()
+        self._clock = ROSClock()
+        self._logger = RcutilsLogger(self.get_fully_qualified_name().lstrip("/").replace("/", "."))
+        self._executor: Any = None
+        self._destroyed = False
+
+    def _join_graph(self, enable_rosout: bool) -> None:
+        """Announces the node, then opens /rosout and /parameter_events, as rcl_node_init does."""
+        transport = self._context.transport
+        self._graph_nodes = transport.nodes  # kept: the node leaves the graph even after shutdown
+        self._graph_key = (self._name, self._namespace)
+        self._graph_nodes.add_node(self._name, self._namespace)
+        self._rosout: tuple[Publisher, Any] | None = None
+        if enable_rosout:
+            publisher = self._make_publisher(Log, ROSOUT_TOPIC, qos_profile_rosout_default)
+            self._rosout = (publisher, attach_rosout(self._logger, publisher))
+        self._parameter_event_publisher = self.create_publisher(
+            ParameterEvent, "/parameter_events", qos_profile_parameter_events
+        )
+
+    def _graph(self) -> GraphCache:
+        return self._context.transport.graph
+
+    def _associate(self, gids: tuple[bytes, ...], *, readers: tuple[bool, ...]) -> None:
+        for gid, is_reader in zip(gids, readers, strict=True):
+            self._graph_nodes.associate(self._graph_key, gid, is_reader=is_reader)
 
     # -- identity -------------------------------------------------------------------------
     def get_name(self) -> str:
@@ -134,11 +182,18 @@ class Node(NodeParameters):
         qos_overriding_options: Any = None,
         publisher_class: Any = None,
     ) -> Publisher:
+        publisher = self._make_publisher(msg_type, topic, qos_profile)
+        self._publishers.append(publisher)
+        return publisher
+
+    def _make_publisher(
+        self, msg_type: type[Message], topic: str, qos_profile: QoSProfile | int
+    ) -> Publisher:
         qos = profile_from(qos_profile)
         name = self.resolve_topic_name(topic)
         writer = self._context.transport.create_writer(name, _check_type(msg_type), qos)
         publisher = Publisher(msg_type, name, qos, writer)
-        self._publishers.append(publisher)
+        self._associate(publisher.gids, readers=(False,))
         return publisher
 
     def create_subscription(
@@ -163,8 +218,50 @@ class Node(NodeParameters):
         subscription.attach(
             self._context.transport.create_reader(name, msg_type, qos, subscription.deliver)
         )
+        self._associate(subscription.gids, readers=(True,))
         self._subscriptions.append(subscription)
         return subscription
+
+    def create_service(
+        self,
+        srv_type: type[ServiceType],
+        srv_name: str,
+        callback: Callable[[Any, Any], Any],
+        *,
+        qos_profile: QoSProfile = qos_profile_services_default,
+        callback_group: CallbackGroup | None = None,
+    ) -> Service:
+        name = self.resolve_topic_name(srv_name)
+        group = callback_group or self._default_callback_group
+        service = Service(srv_type, name, callback, group, qos_profile, self._context.guard)
+        server = self._context.transport.create_service(
+            name, srv_type, qos_profile, service.deliver
+        )
+        return self._add_service_part(service, server, self._services)
+
+    def create_client(
+        self,
+        srv_type: type[ServiceType],
+        srv_name: str,
+        *,
+        qos_profile: QoSProfile = qos_profile_services_default,
+        callback_group: CallbackGroup | None = None,
+    ) -> Client:
+        name = self.resolve_topic_name(srv_name)
+        group = callback_group or self._default_callback_group
+        client = Client(srv_type, name, group, qos_profile, self._context.guard)
+        endpoint = self._context.transport.create_client(
+            name, srv_type, qos_profile, client.deliver
+        )
+        return self._add_service_part(client, endpoint, self._clients)
+
+    def _add_service_part(self, entity: Any, endpoint: Any, entities: list[Any]) -> Any:
+        """Registers a Service or Client with its group, its transport endpoints and the graph."""
+        entity.callback_group.add_entity(entity)
+        entity.attach(endpoint)
+        self._associate(entity.gids, readers=(True, False))
+        entities.append(entity)
+        return entity
 
     def create_timer(
         self,
@@ -200,39 +297,53 @@ class Node(NodeParameters):
     def timers(self) -> Iterator[Timer]:
         yield from self._timers
 
-    def count_publishers(self, topic_name: str) -> int:
-        """Matched writers seen by this node's subscriptions on `topic_name` (shim: local view)."""
-        name = self.resolve_topic_name(topic_name)
-        return max(
-            (s.get_publisher_count() for s in self._subscriptions if s.topic_name == name),
-            default=0,
-        )
+    @property
+    def services(self) -> Iterator[Service]:
+        yield from self._services
 
-    def count_subscribers(self, topic_name: str) -> int:
-        """Matched readers seen by this node's publishers on `topic_name` (shim: local view)."""
-        name = self.resolve_topic_name(topic_name)
-        return max(
-            (p.get_subscription_count() for p in self._publishers if p.topic_name == name),
-            default=0,
-        )
+    @property
+    def clients(self) -> Iterator[Client]:
+        yield from self._clients
 
     def destroy_publisher(self, publisher: Publisher) -> bool:
-        return _destroy(self._publishers, publisher)
+        return self._destroy(self._publishers, publisher)
 
     def destroy_subscription(self, subscription: Subscription) -> bool:
-        return _destroy(self._subscriptions, subscription)
+        return self._destroy(self._subscriptions, subscription)
 
     def destroy_timer(self, timer: Timer) -> bool:
-        return _destroy(self._timers, timer)
+        return self._destroy(self._timers, timer)
+
+    def destroy_service(self, service: Service) -> bool:
+        return self._destroy(self._services, service)
+
+    def destroy_client(self, client: Client) -> bool:
+        return self._destroy(self._clients, client)
+
+    def _destroy(self, entities: list[Any], entity: Any) -> bool:
+        if entity not in entities:
+            return False
+        entities.remove(entity)
+        for gid in getattr(entity, "gids", ()):
+            self._graph_nodes.dissociate(gid)
+        entity.destroy()
+        return True
 
     def destroy_node(self) -> None:
-        """Destroys every entity of the node and leaves its executor."""
+        """Destroys every entity of the node, leaves the graph and its executor."""
         if self._destroyed:
             return
         self._destroyed = True
-        for entities in (self._timers, self._subscriptions, self._publishers):
+        self._parameter_event_publisher = None
+        kinds = (self._timers, self._clients, self._services, self._subscriptions, self._publishers)
+        for entities in kinds:
             for entity in list(entities):
-                _destroy(entities, entity)
+                self._destroy(entities, entity)
+        if self._rosout is not None:
+            publisher, handler = self._rosout
+            detach_rosout(self._logger, handler)
+            self._destroy([publisher], publisher)
+        self._graph_nodes.remove_node(self._name, self._namespace)
         if self._executor is not None:
             self._executor.remove_node(self)
             self._executor = None
@@ -249,11 +360,3 @@ def _check_type(msg_type: Any) -> type[Message]:
     if not (isinstance(msg_type, type) and issubclass(msg_type, Message) and msg_type._type_name_):
         raise TypeError(f"{msg_type!r} is not a message type of the shim")
     return msg_type
-
-
-def _destroy(entities: list[Any], entity: Any) -> bool:
-    if entity not in entities:
-        return False
-    entities.remove(entity)
-    entity.destroy()
-    return True

@@ -2,7 +2,8 @@
 
 Semantics follow rclpy (Jazzy): a parameter's type is fixed by its default unless the
 descriptor asks for dynamic typing; overrides (command line, `parameter_overrides`) win over
-defaults; on-set callbacks may veto a change; `set_parameters` sets one parameter at a time.
+defaults; on-set callbacks may veto a change; `set_parameters` sets one parameter at a time; every
+change (a declaration too) is published on /parameter_events when the node has that publisher.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ros_bridge.shim.rcl_interfaces.msg import (
+    ListParametersResult,
     ParameterDescriptor,
+    ParameterEvent,
     ParameterType,
     SetParametersResult,
 )
@@ -46,6 +49,7 @@ class NodeParameters:
         self._pre_set_parameters_callbacks: list[Callable[[list[Parameter]], list[Parameter]]] = []
         self._on_set_parameters_callbacks: list[OnSetCallback] = []
         self._post_set_parameters_callbacks: list[Callable[[list[Parameter]], None]] = []
+        self._parameter_event_publisher: Any = None  # set by Node once it can publish
 
     def declare_parameter(
         self,
@@ -120,8 +124,11 @@ class NodeParameters:
             raise ParameterNotDeclaredException(name)
         if self._descriptors[name].read_only:
             raise ParameterImmutableException(name)
-        del self._parameters[name]
+        deleted = self._parameters.pop(name)
         del self._descriptors[name]
+        self._publish_parameter_event(
+            ParameterEvent(deleted_parameters=[deleted.to_parameter_msg()])
+        )
 
     def has_parameter(self, name: str) -> bool:
         return name in self._parameters
@@ -216,17 +223,64 @@ class NodeParameters:
         descriptors: dict[str, ParameterDescriptor] | None,
         allow_not_set: bool,
     ) -> None:
+        event = ParameterEvent()
         for parameter in parameter_list:
             name = parameter.name
             if not allow_not_set and parameter.type_ is Parameter.Type.NOT_SET:
                 self._parameters.pop(name, None)  # setting NOT_SET undeclares, as in rclpy
                 self._descriptors.pop(name, None)
+                event.deleted_parameters.append(parameter.to_parameter_msg())
                 continue
             if descriptors is not None:
                 self._descriptors[name] = descriptors[name]
             elif name not in self._descriptors:
                 self._descriptors[name] = ParameterDescriptor(dynamic_typing=True)
+            old = self._parameters.get(name)
+            is_new = old is None or old.type_ is Parameter.Type.NOT_SET
+            (event.new_parameters if is_new else event.changed_parameters).append(
+                parameter.to_parameter_msg()
+            )
             self._parameters[name] = parameter
+        self._publish_parameter_event(event)
+
+    def _publish_parameter_event(self, event: ParameterEvent) -> None:
+        if self._parameter_event_publisher is None:
+            return
+        event.stamp = self.get_clock().now().to_msg()  # type: ignore[attr-defined]
+        event.node = self.get_fully_qualified_name()  # type: ignore[attr-defined]
+        self._parameter_event_publisher.publish(event)
+
+    def get_parameter_type(self, name: str) -> int:
+        """The ParameterType constant of a declared parameter."""
+        if not self.has_parameter(name):
+            raise ParameterNotDeclaredException(name)
+        return self._parameters[name].type_.value
+
+    def get_parameter_types(self, names: list[str]) -> list[int]:
+        return [self.get_parameter_type(n) for n in names]
+
+    def list_parameters(self, prefixes: list[str], depth: int) -> ListParametersResult:
+        """The names under `prefixes` (all when empty) at most `depth` levels ('.'-separated)
+        below them (0: any depth), and the prefixes of the names found, as rclpy lists them."""
+        if depth < 0:
+            raise ValueError("depth must not be negative")
+        result = ListParametersResult()
+
+        def shallow(name: str) -> bool:
+            return depth == 0 or name.count(".") < depth
+
+        for name in self._parameters:
+            under = [p for p in prefixes if name == p or name.startswith(p + ".")]
+            listed = (not prefixes and shallow(name)) or any(
+                name == p or shallow(name[len(p) + 1 :]) for p in under
+            )
+            if not listed:
+                continue
+            result.names.append(name)
+            prefix = name.rpartition(".")[0]
+            if prefix and prefix not in result.prefixes:
+                result.prefixes.append(prefix)
+        return result
 
     def _apply_descriptor(
         self, parameter: Parameter, descriptor: ParameterDescriptor, check_read_only: bool

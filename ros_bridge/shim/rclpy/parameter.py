@@ -1,4 +1,5 @@
-"""rclpy.parameter.Parameter: a named, typed parameter value (rclpy's type inference rules)."""
+"""rclpy.parameter.Parameter: a named, typed parameter value (rclpy's type inference rules), and
+its rcl_interfaces/msg form (what parameter services and /parameter_events carry)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,21 @@ import array
 from enum import Enum
 from typing import Any
 
-from ros_bridge.shim.rcl_interfaces.msg import ParameterType
+from ros_bridge.shim.rcl_interfaces.msg import Parameter as ParameterMsg
+from ros_bridge.shim.rcl_interfaces.msg import ParameterType, ParameterValue
+
+# ParameterValue's field for each type (rcl_interfaces/msg/ParameterValue.msg)
+_VALUE_FIELDS = {
+    ParameterType.PARAMETER_BOOL: "bool_value",
+    ParameterType.PARAMETER_INTEGER: "integer_value",
+    ParameterType.PARAMETER_DOUBLE: "double_value",
+    ParameterType.PARAMETER_STRING: "string_value",
+    ParameterType.PARAMETER_BYTE_ARRAY: "byte_array_value",
+    ParameterType.PARAMETER_BOOL_ARRAY: "bool_array_value",
+    ParameterType.PARAMETER_INTEGER_ARRAY: "integer_array_value",
+    ParameterType.PARAMETER_DOUBLE_ARRAY: "double_array_value",
+    ParameterType.PARAMETER_STRING_ARRAY: "string_array_value",
+}
 
 
 def _is_list(value: Any, *, allow_array: bool = False) -> bool:
@@ -102,3 +117,28 @@ class Parameter:
 
     def __repr__(self) -> str:
         return f"Parameter(name={self._name!r}, type_={self._type_}, value={self._value!r})"
+
+    def get_parameter_value(self) -> ParameterValue:
+        msg = ParameterValue(type=self._type_.value)
+        field = _VALUE_FIELDS.get(self._type_.value)
+        if field is not None:
+            setattr(msg, field, self._value)
+        return msg
+
+    def to_parameter_msg(self) -> ParameterMsg:
+        return ParameterMsg(name=self._name, value=self.get_parameter_value())
+
+    @classmethod
+    def from_parameter_msg(cls, param_msg: ParameterMsg) -> Parameter:
+        value = parameter_value_to_python(param_msg.value)
+        return cls(param_msg.name, Parameter.Type(param_msg.value.type), value)
+
+
+def parameter_value_to_python(parameter_value: ParameterValue) -> Any:
+    """The Python value a ParameterValue holds (None for NOT_SET)."""
+    if parameter_value.type == ParameterType.PARAMETER_NOT_SET:
+        return None
+    field = _VALUE_FIELDS.get(parameter_value.type)
+    if field is None:
+        raise RuntimeError(f"unexpected parameter type {parameter_value.type}")
+    return getattr(parameter_value, field)

@@ -32,6 +32,10 @@ class Publisher:
         else:
             raise TypeError(f"Expected {self.msg_type}, got {type(msg)}")
 
+    @property
+    def gids(self) -> tuple[bytes, ...]:
+        return (self._writer.gid,)
+
     def get_subscription_count(self) -> int:
         return self._writer.matched_count()
 

@@ -152,6 +152,14 @@ qos_profile_sensor_data = _preset(_KL, 5, ReliabilityPolicy.BEST_EFFORT, _VOL)
 qos_profile_services_default = _preset(_KL, 10, _REL, _VOL)
 qos_profile_parameters = _preset(_KL, 1000, _REL, _VOL)
 qos_profile_parameter_events = _preset(_KL, 1000, _REL, _VOL)
+# rcl's /rosout profile: late joiners get the last 1000 lines, none older than 10 s.
+qos_profile_rosout_default = QoSProfile(
+    history=_KL,
+    depth=1000,
+    reliability=_REL,
+    durability=DurabilityPolicy.TRANSIENT_LOCAL,
+    lifespan=Duration(seconds=10),
+)
 
 
 class QoSPresetProfiles(Enum):
@@ -161,6 +169,7 @@ class QoSPresetProfiles(Enum):
     SERVICES_DEFAULT = qos_profile_services_default
     PARAMETERS = qos_profile_parameters
     PARAMETER_EVENTS = qos_profile_parameter_events
+    ROSOUT_DEFAULT = qos_profile_rosout_default
 
 
 def profile_from(qos_or_depth: QoSProfile | int) -> QoSProfile:

@@ -7,20 +7,20 @@ overflows, the oldest sample is dropped without ever being decoded.
 from __future__ import annotations
 
 import threading
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ros_bridge.shim.cdr import deserialize_message
 from ros_bridge.shim.message import Message
 from ros_bridge.shim.rclpy.callback_groups import CallbackGroup
+from ros_bridge.shim.rclpy.inbox import Inbox
 from ros_bridge.shim.rclpy.qos import HistoryPolicy, QoSProfile
 
 if TYPE_CHECKING:
     from ros_bridge.shim.transport import Reader
 
 
-class Subscription:
+class Subscription(Inbox):
     """Receives `msg_type` on one topic; the executor runs `callback(msg)` per sample."""
 
     def __init__(
@@ -33,37 +33,32 @@ class Subscription:
         guard: threading.Condition,
         raw: bool = False,
     ) -> None:
+        keep_all = qos_profile.history == HistoryPolicy.KEEP_ALL
+        super().__init__(guard, maxlen=None if keep_all else max(qos_profile.depth, 1))
         self.msg_type = msg_type
         self.callback = callback
         self.callback_group = callback_group
         self.raw = raw
         self._topic = topic
         self._qos_profile = qos_profile
-        self._guard = guard
-        keep_all = qos_profile.history == HistoryPolicy.KEEP_ALL
-        self._queue: deque[bytes] = deque(maxlen=None if keep_all else max(qos_profile.depth, 1))
         self._reader: Reader | None = None
-        self.destroyed = False
 
     def attach(self, reader: Reader) -> None:
         self._reader = reader
 
     def deliver(self, payload: bytes) -> None:
         """Called by the transport, from any thread."""
-        with self._guard:
-            if not self.destroyed:
-                self._queue.append(payload)
-                self._guard.notify_all()
-
-    def has_pending(self) -> bool:
-        return bool(self._queue)
-
-    def take(self) -> bytes | None:
-        """The oldest queued sample; the caller holds the context guard."""
-        return self._queue.popleft() if self._queue else None
+        self.put(payload)
 
     def decode(self, payload: bytes) -> Any:
         return payload if self.raw else deserialize_message(payload, self.msg_type)
+
+    def run(self, msg: Any) -> None:
+        self.callback(msg)
+
+    @property
+    def gids(self) -> tuple[bytes, ...]:
+        return (self._reader.gid,) if self._reader is not None else ()
 
     def get_publisher_count(self) -> int:
         return self._reader.matched_count() if self._reader else 0
@@ -77,9 +72,7 @@ class Subscription:
         return self._qos_profile
 
     def destroy(self) -> None:
-        with self._guard:
-            self.destroyed = True
-            self._queue.clear()
+        self.close_inbox()
         if self._reader is not None:
             self._reader.close()
 

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import os
 
-from ros_bridge.shim.transport.base import Deliver, Reader, Transport, Writer
+from ros_bridge.shim.transport.base import (
+    Deliver,
+    Reader,
+    ServiceClient,
+    ServiceServer,
+    Transport,
+    Writer,
+)
 
 TRANSPORT_ENV = "VLA_SHIM_TRANSPORT"
 TRANSPORTS = ("inproc", "dds")
@@ -14,6 +21,8 @@ __all__ = [
     "TRANSPORT_ENV",
     "Deliver",
     "Reader",
+    "ServiceClient",
+    "ServiceServer",
     "Transport",
     "Writer",
     "create_transport",

@@ -5,7 +5,8 @@ Each message class gets a `cyclonedds` IdlStruct twin with the ROS 2 DDS type na
 rmw_cyclonedds advertises. The twin only describes the type: a sample crosses `cyclonedds` as the
 CDR bytes `ros_bridge.shim.cdr` produced (byte-equal to rosbags'), which the twin's
 `serialize`/`deserialize` hand through unchanged. That skips cyclonedds' per-element Python
-packing of `uint8[]`, ~40 ms for a VGA frame.
+packing of `uint8[]`, ~40 ms for a VGA frame. A service's request and reply types carry
+rmw_cyclonedds' request header (`uint64 guid`, `int64 seq`) in front of the message's fields.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any
 from cyclonedds.idl import IdlStruct, annotations, make_idl_struct
 from cyclonedds.idl import types as idl
 
-from ros_bridge.shim.fields import FieldType, Primitive, Sequence
+from ros_bridge.shim.fields import Array, FieldType, Primitive, Sequence
+from ros_bridge.shim.graph import dds_type_name
 from ros_bridge.shim.message import Message
 
 _IDL_PRIMITIVES: dict[str, Any] = {
@@ -36,10 +38,15 @@ _IDL_PRIMITIVES: dict[str, Any] = {
 }
 
 
-def dds_type_name(ros_type_name: str) -> str:
-    """'sensor_msgs/msg/Image' -> 'sensor_msgs::msg::dds_::Image_' (rmw's mangling)."""
-    package, kind, name = ros_type_name.split("/")
-    return f"{package}::{kind}::dds_::{name}_"
+def typehash(interface: Any) -> str:
+    """The USER_DATA entry Iron+ endpoints carry: `typehash=RIHS01_...;`."""
+    return f"typehash={interface._type_hash_};"
+
+
+def delete_entity(entity: Any) -> None:
+    # cyclonedds deletes an entity in __del__, which is idempotent; call it now rather than
+    # whenever the garbage collector breaks the listener's reference cycle.
+    entity.__del__()
 
 
 def wrap(twin: type[IdlStruct], payload: bytes | None) -> Any:
@@ -70,9 +77,11 @@ def _deserialize_key(
 
 
 @functools.cache
-def dds_twin(msg_type: type[Message]) -> type[IdlStruct]:
-    """The IdlStruct twin of `msg_type` (cached: one per message class)."""
-    fields = {name: _idl_type(ftype) for name, ftype in msg_type._field_types_.items()}
+def dds_twin(msg_type: type[Message], service_header: bool = False) -> type[IdlStruct]:
+    """The IdlStruct twin of `msg_type` (cached: one per message class), with rmw_cyclonedds'
+    request header first for a service's request or reply."""
+    fields = {"guid": idl.uint64, "seq": idl.int64} if service_header else {}
+    fields |= {name: _idl_type(ftype) for name, ftype in msg_type._field_types_.items()}
     twin = make_idl_struct(f"{msg_type.__name__}_", dds_type_name(msg_type._type_name_), fields)
     # Set on the class, not inherited: cyclonedds would describe a base class as IDL inheritance.
     twin.serialize = _serialize  # type: ignore[method-assign]
@@ -82,8 +91,12 @@ def dds_twin(msg_type: type[Message]) -> type[IdlStruct]:
 
 
 def _idl_type(ftype: FieldType) -> Any:
+    if isinstance(ftype, Primitive) and ftype.bound:
+        return idl.bounded_str[ftype.bound]
     if isinstance(ftype, Primitive):
         return _IDL_PRIMITIVES[ftype.name]
+    if isinstance(ftype, Array):
+        return idl.array[_idl_type(ftype.element), ftype.length]
     if isinstance(ftype, Sequence):
         inner = _idl_type(ftype.element)
         return idl.sequence[inner, ftype.max_len] if ftype.max_len else idl.sequence[inner]
