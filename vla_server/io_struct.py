@@ -87,6 +87,8 @@ class TokenizedGenerateReqInput(_Msg):
     prefix_lm_len: int = 0
     position_shift: int = 0
     relaxed_actions: bool = False  # FAST: LeRobot's pad/truncate decoding instead of an error
+    # pi0: the normalised, zero-padded robot state [max_state_dim] of its state token.
+    action_state: Tensor | None = None
 
 
 class BatchTokenizedGenerateReqInput(_Msg):
@@ -264,6 +266,9 @@ class BatchTokenIDOutput(_Msg):
     spaces_between_special_tokens: list[bool] = []
     action_counts: list[int] = []  # per request: actions it asked for (a FAST chunk's first n)
     relaxed_actions: list[bool] = []  # per request: FAST pad/truncate decoding
+    # per request: a pi0 / pi0.5 request's denoised chunk [chunk_size, max_action_dim] (float32,
+    # normalised, padded) once it is finished; None otherwise
+    action_chunks: list[Tensor | None] = []
 
 
 class BatchStrOutput(_Msg):

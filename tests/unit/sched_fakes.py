@@ -13,6 +13,10 @@ after it wins.
 The real BatchRunner drives the fake model (pending-token resolution, sampling, logprobs); its
 measured forward time is replaced by a fixed step time, and the harness's clock advances by
 that step time every step, so deadline predictions are exact.
+
+Its denoising pass (pi0 / pi0.5) reads each request's prompt back through the KV table the same
+way and returns a velocity that is constant over the chunk: `prompt_velocity` of the prompt's
+hash, plus the sum of pi0's state. Every pass is recorded as (prompt hash, t) per row.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from itertools import count
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import torch
 
 from vla_server.config import SchedulerConfig, ServerArgs
@@ -43,6 +48,7 @@ from vla_server.model.sampling import SamplingBatchInfo, SamplingParams, compute
 from vla_server.scheduler.batch_runner import BatchRunner
 from vla_server.scheduler.core import SchedulerCore
 from vla_server.scheduler.finish_check import FinishChecker
+from vla_server.scheduler.flow_state import FlowSpec
 from vla_server.scheduler.kv_cache_manager import KVCacheManager
 from vla_server.scheduler.schedule_batch import BatchResult, ScheduledBatch
 from vla_server.scheduler.sessions import SessionController
@@ -71,13 +77,23 @@ def pick(h: int, mask: torch.Tensor | None = None) -> int:
     return next(v % VOCAB for v in range(target, target + VOCAB) if mask[v % VOCAB])
 
 
+def prompt_hash(prompt: list[int], salt: int = 0) -> int:
+    h = ROOT
+    for t in prompt:
+        h = mix(h, t, salt)
+    return h
+
+
+def prompt_velocity(h: int) -> float:
+    """The fake expert's velocity over the chunk of a prompt of hash `h`."""
+    return (h % 1000) / 1000.0
+
+
 def reference(
     prompt: list[int], n: int, *, salt: int = 0, mask: torch.Tensor | None = None
 ) -> list[int]:
     """The fake model's greedy output for `prompt`, run alone."""
-    h = ROOT
-    for t in prompt:
-        h = mix(h, t, salt)
+    h = prompt_hash(prompt, salt)
     out = []
     for _ in range(n):
         out.append(pick(h, mask))
@@ -103,6 +119,7 @@ class FakeModel:
         self.salt = 0
         self.slots: dict[int, tuple[int, int]] = {}  # KV slot -> (position, sequence hash)
         self._offsets = torch.arange(VOCAB)
+        self.denoise_passes: list[list[tuple[int, float]]] = []  # per pass: (hash, t) per row
 
     def build_forward_batch(
         self,
@@ -154,6 +171,24 @@ class FakeModel:
 
     def update_weights_from_disk(self, model_path: str) -> None:
         self.salt = salt_of(model_path)
+
+    def denoise(
+        self,
+        rows: list[int],
+        prefix_lens: list[int],
+        x: torch.Tensor,
+        time: torch.Tensor,
+        state: torch.Tensor | None,
+    ) -> torch.Tensor:
+        table = self.req_to_token_pool.req_to_token
+        v = torch.empty_like(x)
+        seen = []
+        for i, (row, n) in enumerate(zip(rows, prefix_lens, strict=True)):
+            h = self._read(int(table[row, n - 1]), n - 1)
+            seen.append((h, float(time[i])))
+            v[i] = prompt_velocity(h) + (0.0 if state is None else float(state[i].sum()))
+        self.denoise_passes.append(seen)
+        return v
 
 
 class FakeRunner(BatchRunner):
@@ -209,6 +244,8 @@ class Result:
     queue_steps: int | None = None  # sent once, with the first chunk after the first forward
     chunks: int = 0
     input_logprob_ids: list[int] = field(default_factory=list)
+    action_chunk: np.ndarray | None = None  # a flow request's denoised chunk
+    action_chunks_sent: int = 0
 
     @property
     def finish_type(self) -> str | None:
@@ -239,6 +276,9 @@ class Collector:
             res.chunks += 1
             if out.logprobs[i] is not None:
                 res.input_logprob_ids += out.logprobs[i].input_ids
+            if out.action_chunks and out.action_chunks[i] is not None:
+                res.action_chunk = out.action_chunks[i].to_numpy()
+                res.action_chunks_sent += 1
             if res.finish is not None:
                 self.events.append((rid, "end"))
 
@@ -270,6 +310,7 @@ class Harness:
         action_mask: torch.Tensor | None = None,
         token_s: float = 0.0,
         prefix_lm: bool = False,
+        flow: FlowSpec | None = None,
         **cfg: Any,
     ):
         self.cfg = sched_config(**cfg)
@@ -295,6 +336,7 @@ class Harness:
             context_len=context_len,
             action_mask=action_mask,
             prefix_lm=prefix_lm,
+            flow=flow,
             clock=self.clock,
             worker=self.worker,
         )

@@ -68,11 +68,11 @@ def test_the_policy_config_and_the_preprocessor_of_the_folder():
 @pytest.mark.parametrize("convention", ["lerobot", "openpi"])
 def test_prompt_conventions(convention):
     tokenizer = load_tokenizer(pi0fast_model_path("bare"))
-    prompt = Pi0FastPrompt.create(tokenizer, convention, 48)
+    prompt = Pi0FastPrompt.create(tokenizer, convention)
     instruction, bins = " Stack_the Cup\non it ", [-1, 0, 128, 255]
     text_ids = tokenizer(prompt.task_text(instruction, bins))["input_ids"]
     expected = ref.prompt_ids(tokenizer, instruction, bins, convention)
     assert text_ids + prompt.action_tail() == expected
     assert prompt.causal_tokens == len(tokenizer("Action: ", add_special_tokens=False)["input_ids"])
     assert prompt.position_shift == (1 if convention == "openpi" else 0)
-    assert Pi0FastPrompt.create(tokenizer, "auto", 48).convention == "lerobot"
+    assert Pi0FastPrompt.create(tokenizer, "auto").convention == "lerobot"

@@ -9,6 +9,7 @@ import zmq
 from vla_server.config import DetokenizerConfig, PortArgs
 from vla_server.detokenizer.action_detokenizer import ActionDetokenizer, ActionStep
 from vla_server.detokenizer.fast_detokenizer import FastActionDetokenizer
+from vla_server.detokenizer.flow_detokenizer import chunk_actions
 from vla_server.detokenizer.incremental_decode import DecodeInput, IncrementalDecoder
 from vla_server.io_struct import (
     BatchStrOutput,
@@ -19,8 +20,9 @@ from vla_server.io_struct import (
     encode,
 )
 from vla_server.model.tokenizer import load_tokenizer
-from vla_server.multimodal.action_tokenizer import load_action_tokenizer
+from vla_server.multimodal.action_tokenizer import ActionTokenizer, load_action_tokenizer
 from vla_server.multimodal.fast_actions import FastActionTokenizer
+from vla_server.multimodal.flow_actions import FlowActionPolicy
 from vla_server.process_utils import (
     IDLE_POLL_MS,
     Heartbeat,
@@ -35,12 +37,11 @@ class DetokenizerManager:
         tokenizer = load_tokenizer(cfg.checkpoint.tokenizer_path)
         self.decoder = IncrementalDecoder(tokenizer, vocab_size=len(tokenizer))
         actions = load_action_tokenizer(cfg.checkpoint.model_path, tokenizer)
-        self.actions = ActionDetokenizer(
-            None if isinstance(actions, FastActionTokenizer) else actions
-        )
+        self.actions = ActionDetokenizer(actions if isinstance(actions, ActionTokenizer) else None)
         self.fast = (
             FastActionDetokenizer(actions) if isinstance(actions, FastActionTokenizer) else None
         )
+        self.flow = actions if isinstance(actions, FlowActionPolicy) else None
         self.ctx = zmq.Context(2)
         self.recv_sock = zmq_socket(self.ctx, zmq.PULL, port_args.detokenizer_ipc_name, bind=True)
         self.send_sock = zmq_socket(self.ctx, zmq.PUSH, port_args.tokenizer_ipc_name, bind=False)
@@ -92,9 +93,11 @@ class DetokenizerManager:
 
     def _action_step(self, msg: BatchTokenIDOutput, i: int, new_ids: list[int]) -> ActionStep:
         rid, finished = msg.rids[i], msg.finished_reasons[i]
+        count = msg.action_counts[i] if msg.action_counts else 0
+        if self.flow is not None:
+            return chunk_actions(self.flow, msg.action_chunks[i], count)
         if self.fast is None:
             return self.actions.step(rid, new_ids, msg.action_keys[i], finished is not None)
-        count = msg.action_counts[i] if msg.action_counts else 0
         relaxed = bool(msg.relaxed_actions and msg.relaxed_actions[i])
         return self.fast.step(rid, new_ids, finished, count, relaxed)
 

@@ -4,10 +4,11 @@ Shared by `POST /v1/actions` and the openpi policy WebSocket: both parse their b
 `ActionsBody` (the /v1/actions body; an openpi observation maps onto it), and `action_item` makes
 the normalised request. The prompt is the checkpoint's chat template over one user turn,
 instruction first and images last (see `instruction_messages`), or for an OpenVLA checkpoint
-OpenVLA's own prompt (`openvla_prompt`), or for pi0-FAST its task-and-state prompt
-(`pi0fast_prompt`, with the cameras and state of `pi0fast_request`); sampling is greedy unless
-the caller sets a temperature. The query always runs as a stream inside the node, so each action's
-completion time is known even when the caller wants one reply.
+OpenVLA's own prompt (`openvla_prompt`), or for a pi-family policy its task-and-state prompt
+(`pi0fast_prompt`, `flow_prompt`, with the cameras and state of `pi_policy_inputs`); sampling is
+greedy unless the caller sets a temperature; a pi0 / pi0.5 chunk is denoised from the noise of
+`seed` (`flow_actions.initial_noise`). The query always runs as a stream inside the node, so
+each action's completion time is known even when the caller wants one reply.
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ import msgspec
 from vla_server.errors import RequestError
 from vla_server.frontend.chat_prompt import chat_prompt_ids, instruction_messages
 from vla_server.frontend.common import finish_error
+from vla_server.frontend.flow_prompt import flow_prompt_text
 from vla_server.frontend.generate_request import GenerateItem, parse_sampling
 from vla_server.frontend.openvla_prompt import action_prompt
-from vla_server.frontend.pi0fast_request import camera_images, state_bins
+from vla_server.frontend.pi_policy_inputs import camera_images, check_prompt_tokens, checked_state
 from vla_server.frontend.tokenizer_manager import TokenizerManager
-from vla_server.multimodal.fast_actions import FastActionTokenizer
 
 
 class ActionFailed(RuntimeError):
@@ -36,12 +37,12 @@ class ActionFailed(RuntimeError):
 
 class ActionsBody(msgspec.Struct, forbid_unknown_fields=True):
     instruction: str
-    # One image or a list (cameras), any form POST /generate accepts; for pi0-FAST also a map
-    # keyed by camera name.
+    # One image or a list (cameras), any form POST /generate accepts; for a pi-family policy
+    # also a map keyed by camera name.
     image_data: Any = None
     unnorm_key: str | None = None
-    num_actions: int | None = None  # None: 1, or a pi0-FAST checkpoint's whole chunk
-    state: Any = None  # raw robot state (pi0-FAST)
+    num_actions: int | None = None  # None: 1, or a pi-family policy's whole chunk
+    state: Any = None  # raw robot state (pi-family policies)
     relaxed_decoding: bool = False  # pi0-FAST: LeRobot's pad/truncate decoding
     mm_hashes: Any = None
     temperature: float = 0.0
@@ -130,10 +131,11 @@ async def action_item(
     if body.temperature < 0:
         raise RequestError("must be >= 0", "temperature")
     assert tm.limits is not None
-    fast = tm.mm.fast
-    if fast is not None:
-        images = camera_images(fast, body.image_data)
-        ids = await _fast_prompt_ids(tm, body)
+    policy = tm.mm.policy_spec
+    state = None
+    if policy is not None:
+        images = camera_images(policy, body.image_data)
+        ids, state = await _policy_prompt_ids(tm, body)
     else:
         images = _images(body)
         ids = await _prompt_ids(tm, body.instruction, len(images))
@@ -147,23 +149,25 @@ async def action_item(
         images=images,
         mm_hashes=body.mm_hashes,
         unnorm_key=body.unnorm_key,
-        num_actions=_num_actions(body, fast),
+        num_actions=_num_actions(body, tm),
         stream=True,
         relaxed_decoding=body.relaxed_decoding,
+        state=state,
     )
 
 
-def _num_actions(body: ActionsBody, fast: FastActionTokenizer | None) -> int:
+def _num_actions(body: ActionsBody, tm: TokenizerManager) -> int:
     if body.num_actions is not None:
         return body.num_actions
-    return fast.horizon if fast is not None else 1
+    policy = tm.mm.policy_spec
+    return policy.chunk_size if policy is not None else 1
 
 
 def _images(body: ActionsBody) -> list[Any]:
-    """The images of a query to a model without named cameras (anything but pi0-FAST)."""
+    """The images of a query to a model without named cameras (not a pi-family policy)."""
     for name in ("state", "relaxed_decoding"):
         if getattr(body, name):
-            raise RequestError("only pi0-FAST checkpoints take this field", name)
+            raise RequestError("only pi-family policies take this field", name)
     given = body.image_data if isinstance(body.image_data, list) else [body.image_data]
     images = [im for im in given if im is not None]
     if not images:
@@ -171,14 +175,38 @@ def _images(body: ActionsBody) -> list[Any]:
     return images
 
 
-async def _fast_prompt_ids(tm: TokenizerManager, body: ActionsBody) -> list[int]:
-    """pi0-FAST's `BOS "Task: ..., State: ...;\n"` (the node appends the action tail)."""
-    assert tm.mm.fast is not None and tm.mm.fast_prompt is not None
-    prompt = tm.mm.fast_prompt
-    text = prompt.task_text(body.instruction, state_bins(tm.mm.fast, body.state))
+async def _policy_prompt_ids(
+    tm: TokenizerManager, body: ActionsBody
+) -> tuple[list[int], list[float] | None]:
+    """A pi-family prompt's ids, and the state that goes beside it (pi0's state token):
+    pi0-FAST's `BOS "Task: ..., State: ...;\n"` (the node appends the action tail), pi0's or
+    pi0.5's (`flow_prompt`)."""
+    mm = tm.mm
+    spec = mm.policy_spec
+    assert spec is not None
+    state = checked_state(spec, body.state)
+    if mm.flow is not None:
+        _check_flow_body(body)
+        text = flow_prompt_text(mm.flow, body.instruction, state)
+        beside = None if mm.flow.state_in_prompt else state
+    else:
+        assert mm.fast is not None and mm.fast_prompt is not None
+        text = mm.fast_prompt.task_text(body.instruction, mm.fast.state_bins(state))
+        beside = None
     ids = await tm.text_encoder.encode(text, "instruction")
-    prompt.check_length(ids, "instruction")
-    return ids
+    check_prompt_tokens(ids, spec.tokenizer_max_length, "instruction")
+    return ids, beside
+
+
+def _check_flow_body(body: ActionsBody) -> None:
+    """A pi0 / pi0.5 chunk is denoised, not sampled from tokens: token options do not apply."""
+    for name in ("relaxed_decoding", "return_token_ids", "temperature"):
+        if getattr(body, name):
+            raise RequestError(
+                "a pi0 / pi0.5 chunk is denoised from noise (set by seed), not sampled from "
+                "tokens",
+                name,
+            )
 
 
 async def _prompt_ids(tm: TokenizerManager, instruction: str, n_images: int) -> list[int]:

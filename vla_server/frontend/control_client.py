@@ -29,8 +29,7 @@ from vla_server.io_struct import (
     encode,
     rpc_reply_decoder,
 )
-from vla_server.multimodal.action_tokenizer import ActionTokenizer
-from vla_server.multimodal.fast_actions import FastActionTokenizer
+from vla_server.multimodal.action_tokenizer import AnyActions
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +45,7 @@ class ControlClient:
         *,
         before_call: Callable[[], None],
         abort_all: Callable[[], None],
-        actions: Callable[[], ActionTokenizer | FastActionTokenizer | None],
+        actions: Callable[[], AnyActions | None],
     ):
         self.sock = sock
         self.gate = gate

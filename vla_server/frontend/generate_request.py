@@ -64,6 +64,7 @@ class GenerateItem:
     session_id: str | None = None
     session_params: SessionParams | None = None
     relaxed_decoding: bool = False  # pi0-FAST: LeRobot's pad/truncate decoding, not an error
+    state: list[float] | None = None  # pi0: the raw robot state for its state token
 
     def __post_init__(self) -> None:
         if self.logprob_start_len < -1:
@@ -150,6 +151,7 @@ class GenerateReqInput(msgspec.Struct, forbid_unknown_fields=True, omit_defaults
     session_id: str | None = None
     session_params: SessionParams | None = None
     relaxed_decoding: bool = False
+    state: list[float] | None = None
 
 
 MAX_BATCH_ITEMS = 512

@@ -14,9 +14,12 @@ from vla_server.errors import RequestError
 from vla_server.frontend import openvla_prompt
 from vla_server.frontend.generate_request import GenerateItem
 from vla_server.frontend.pi0fast_prompt import Pi0FastPrompt
+from vla_server.frontend.pi_policy_inputs import checked_state
 from vla_server.io_struct import MMItem, Tensor
+from vla_server.model.lerobot_config import LeRobotPolicySpec
 from vla_server.multimodal.action_tokenizer import load_action_tokenizer
 from vla_server.multimodal.fast_actions import FastActionTokenizer
+from vla_server.multimodal.flow_actions import FlowActionPolicy
 from vla_server.multimodal.image_errors import ImageInputError
 from vla_server.multimodal.image_hash import format_mm_hash
 from vla_server.multimodal.image_input import MediaPolicy
@@ -59,12 +62,18 @@ class MultimodalFrontend:
         self.actions = load_action_tokenizer(path, tokenizer)
         self.fast: FastActionTokenizer | None = None
         self.fast_prompt: Pi0FastPrompt | None = None
+        # pi0 / pi0.5: the chunk comes from denoising, not from tokens.
+        self.flow = self.actions if isinstance(self.actions, FlowActionPolicy) else None
         if isinstance(self.actions, FastActionTokenizer):
             self.fast = self.actions
-            self.fast_prompt = Pi0FastPrompt.create(
-                tokenizer, config.pi0_prompt_convention, self.fast.spec.tokenizer_max_length
-            )
+            self.fast_prompt = Pi0FastPrompt.create(tokenizer, config.pi0_prompt_convention)
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="vla-mm")
+
+    @property
+    def policy_spec(self) -> LeRobotPolicySpec | None:
+        """A pi-family policy's cameras, state and chunk (None for other checkpoints)."""
+        policy = self.fast or self.flow
+        return None if policy is None else policy.spec
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -75,8 +84,9 @@ class MultimodalFrontend:
             out["preprocess_digest"] = self.pipeline.preprocess_digest.hex()
             if self.pipeline.cache is not None:
                 out["pixel_cache"] = self.pipeline.cache.stats()
-        if self.fast is not None:
-            out["actions"] = self.fast.describe()
+        policy = self.fast or self.flow
+        if policy is not None:
+            out["actions"] = policy.describe()
         elif self.actions is not None:
             out["actions"] = {
                 "action_dim": self.actions.action_dim,
@@ -168,6 +178,22 @@ class MultimodalFrontend:
             return prompt_len - self.fast_prompt.causal_tokens, self.fast_prompt.position_shift
         return prompt_len, 0
 
+    def action_state(self, item: GenerateItem) -> Tensor | None:
+        """pi0's state-token input of an action request (pi0-FAST and pi0.5 carry the state in
+        their prompt, so they take none here)."""
+        flow = self.flow
+        takes_state = flow is not None and not flow.state_in_prompt and bool(item.num_actions)
+        if not takes_state:
+            if item.state is not None:
+                raise RequestError(
+                    "only a pi0 action request takes the state beside its prompt (pi0-FAST's "
+                    "and pi0.5's prompts carry it)",
+                    "state",
+                )
+            return None
+        assert flow is not None
+        return Tensor.from_numpy(flow.state_vector(checked_state(flow.spec, item.state)))
+
     def action_stop_ids(self) -> list[int]:
         """Token ids that end an action request: FAST's `|` (bins end by count)."""
         return list(self.fast.end_ids) if self.fast is not None else []
@@ -189,6 +215,9 @@ class MultimodalFrontend:
             assert self.fast_prompt is not None
             room = context_len - prompt_len
             return _fast_budget(self.fast, self.fast_prompt, item.num_actions, room)
+        if self.flow is not None:
+            _check_chunk_share(item.num_actions, self.flow.horizon)
+            return 0  # the chunk is denoised over the prompt's KV: no new tokens
         limit = min(MAX_ACTIONS_PER_REQUEST, (context_len - prompt_len) // self.actions.action_dim)
         if not 1 <= item.num_actions <= limit:
             raise RequestError(
@@ -204,14 +233,16 @@ def _fast_budget(
 ) -> int:
     """A FAST request's token budget: the policy's max_decoding_steps, less the "Action: "
     tokens the prompt already holds (the reference generates them), within the context."""
-    if not 1 <= num_actions <= fast.horizon:
-        raise RequestError(
-            f"must be in [1, {fast.horizon}] (the policy's action chunk)", "num_actions"
-        )
+    _check_chunk_share(num_actions, fast.horizon)
     budget = min(fast.spec.max_decoding_steps - prompt.causal_tokens, room)
     if budget < 1:
         raise RequestError("the prompt leaves no room for action tokens", "num_actions")
     return budget
+
+
+def _check_chunk_share(num_actions: int, horizon: int) -> None:
+    if not 1 <= num_actions <= horizon:
+        raise RequestError(f"must be in [1, {horizon}] (the policy's action chunk)", "num_actions")
 
 
 def _check_no_stop(item: GenerateItem) -> None:

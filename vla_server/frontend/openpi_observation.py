@@ -10,10 +10,11 @@ An observation is the dict an openpi client sends (`WebsocketClientPolicy.infer(
   `observation/exterior_image_1_left`, `images/cam_high`, ...), in the observation's order.
   Nested dicts are addressed with "/": `{"images": {"cam_high": a}}` is `images/cam_high`;
 * optional per request: `unnorm_key` (str), `num_actions` (int, the horizon), `mm_hashes`,
-  and for pi0-FAST `relaxed_decoding` (bool).
+  `seed` (int: a pi0 / pi0.5 chunk's noise, `flow_actions.initial_noise`), and for pi0-FAST
+  `relaxed_decoding` (bool).
 
-For a pi0-FAST checkpoint the images are matched to the policy's cameras by name when the
-observation's keys end in them (`observation/base_0_rgb`, `images/base_0_rgb`,
+For a pi-family policy (pi0-FAST, pi0, pi0.5) the images are matched to the policy's cameras
+by name when the observation's keys end in them (`observation/base_0_rgb`, `images/base_0_rgb`,
 `observation.images.base_0_rgb`; cameras it lacks are left out, as LeRobot masks them), else
 taken in order as above; and the robot state is read: the values under `--openpi-state-keys`,
 concatenated, or by default the first of `state`, `observation/state`, `observation.state`.
@@ -24,7 +25,7 @@ Settings, flags of `vla-server serve`:
 
 * `--openpi-image-keys`: comma-separated image keys in camera order (default: auto, as above);
 * `--openpi-action-horizon`: actions per reply when the observation gives no `num_actions`
-  (default 1, one OpenVLA-style step; a pi0-FAST checkpoint's whole chunk);
+  (default 1, one OpenVLA-style step; a pi-family policy's whole chunk);
 * `--openpi-unnorm-key`: the statistics key when the observation gives no `unnorm_key`
   (default none: fine for a checkpoint with a single key).
 """
@@ -40,7 +41,7 @@ import numpy as np
 from vla_server.config import FrontendConfig
 from vla_server.errors import RequestError
 from vla_server.frontend.action_request import ActionsBody
-from vla_server.multimodal.fast_actions import FastActionTokenizer
+from vla_server.model.lerobot_config import LeRobotPolicySpec
 
 DEFAULT_STATE_KEYS = ("state", "observation/state", "observation.state")
 
@@ -48,7 +49,7 @@ DEFAULT_STATE_KEYS = ("state", "observation/state", "observation.state")
 @dataclass(frozen=True)
 class OpenpiConfig:
     image_keys: tuple[str, ...] = ()  # empty: auto-detect
-    action_horizon: int | None = None  # None: 1, or a pi0-FAST checkpoint's chunk
+    action_horizon: int | None = None  # None: 1, or a pi-family policy's chunk
     unnorm_key: str | None = None
     state_keys: tuple[str, ...] = ()  # empty: DEFAULT_STATE_KEYS
 
@@ -127,7 +128,7 @@ def _optional(obs: Mapping[str, Any], key: str, kind: type, default: Any) -> Any
 
 
 def observation_body(
-    obs: Any, cfg: OpenpiConfig, fast: FastActionTokenizer | None = None
+    obs: Any, cfg: OpenpiConfig, policy: LeRobotPolicySpec | None = None
 ) -> ActionsBody:
     """The action query an observation asks for (greedy, as openpi's policies act)."""
     if not isinstance(obs, Mapping):
@@ -138,22 +139,24 @@ def observation_body(
     flat = dict(_flatten(obs))
     body = ActionsBody(
         instruction=prompt,
-        image_data=_images(flat, cfg) if fast is None else _camera_images(flat, cfg, fast),
+        image_data=_images(flat, cfg) if policy is None else _camera_images(flat, cfg, policy),
         unnorm_key=_optional(obs, "unnorm_key", str, cfg.unnorm_key),
         num_actions=_optional(obs, "num_actions", int, cfg.action_horizon),
         mm_hashes=obs.get("mm_hashes"),
+        seed=_optional(obs, "seed", int, None),
     )
-    if fast is not None:
-        body.state = _state(flat, cfg, fast)
+    if policy is not None:
+        body.state = _state(flat, cfg, policy)
         body.relaxed_decoding = _optional(obs, "relaxed_decoding", bool, False)
     return body
 
 
 def _camera_images(
-    flat: dict[str, Any], cfg: OpenpiConfig, fast: FastActionTokenizer
+    flat: dict[str, Any], cfg: OpenpiConfig, policy: LeRobotPolicySpec
 ) -> dict[str, np.ndarray] | list[np.ndarray]:
-    """pi0-FAST's cameras by name when the observation's keys end in them, else in order."""
-    cameras = set(fast.spec.cameras)
+    """A pi-family policy's cameras by name when the observation's keys end in them, else in
+    order."""
+    cameras = set(policy.cameras)
     named = {}
     for key, value in flat.items():
         name = key.replace(".", "/").rsplit("/", 1)[-1]
@@ -162,8 +165,8 @@ def _camera_images(
     return named or _images(flat, cfg)
 
 
-def _state(flat: dict[str, Any], cfg: OpenpiConfig, fast: FastActionTokenizer) -> Any:
-    if not fast.spec.state_dim:
+def _state(flat: dict[str, Any], cfg: OpenpiConfig, policy: LeRobotPolicySpec) -> Any:
+    if not policy.state_dim:
         return None
     keys = cfg.state_keys or next(([k] for k in DEFAULT_STATE_KEYS if k in flat), [])
     missing = [k for k in keys if k not in flat] or ([] if keys else ["state"])

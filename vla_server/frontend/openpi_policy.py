@@ -55,20 +55,20 @@ INTERNAL_REASON = "Internal server error. Reason included in previous frame."
 
 def _metadata(node: NodeHandle, cfg: OpenpiConfig) -> dict[str, Any]:
     mm = node.tokenizer_manager.mm
-    actions, fast = mm.actions, mm.fast
+    actions, spec = mm.actions, mm.policy_spec
     meta = {
         "server": "vla-server",
         "model": served_model_id(node.config),
         "action_dim": actions.action_dim if actions else None,
-        "action_horizon": cfg.action_horizon or (fast.horizon if fast else 1),
+        "action_horizon": cfg.action_horizon or (spec.chunk_size if spec else 1),
         "unnorm_keys": actions.unnorm_keys() if actions else [],
         "unnorm_key": cfg.unnorm_key,
         "image_keys": list(cfg.image_keys) or "auto",
-        "uses_state": fast is not None and fast.spec.state_dim > 0,
+        "uses_state": spec is not None and spec.state_dim > 0,
     }
-    if fast is not None:
-        meta["cameras"] = list(fast.spec.cameras)
-        meta["state_dim"] = fast.spec.state_dim
+    if spec is not None:
+        meta["cameras"] = list(spec.cameras)
+        meta["state_dim"] = spec.state_dim
     return meta
 
 
@@ -78,7 +78,8 @@ async def _infer(tm: TokenizerManager, body: ActionsBody) -> dict[str, Any]:
     item = await action_item(tm, body, timing)
     async for update in stream_actions(tm, item, timing):
         actions += update.actions
-        # A chunk ends at its token budget, or (pi0-FAST) at `|`: anything else is early.
+        # A chunk ends at its token budget, (pi0-FAST) at `|`, or (pi0) when it is denoised:
+        # anything else is early.
         if update.finished and update.meta["finish_reason"]["type"] not in ("length", "stop"):
             raise ActionFailed(f"the query ended early: {update.meta['finish_reason']}")
     return {"actions": np.asarray(actions, dtype=np.float64), "policy_timing": timing.to_json()}
@@ -89,7 +90,7 @@ async def _reply(tm: TokenizerManager, cfg: OpenpiConfig, frame: bytes) -> dict[
         obs = unpack(frame)
     except WireFormatError as e:
         raise RequestError(str(e), "observation") from None
-    return await _infer(tm, observation_body(obs, cfg, tm.mm.fast))
+    return await _infer(tm, observation_body(obs, cfg, tm.mm.policy_spec))
 
 
 async def _fail(ws: WebSocket, message: str, code: int, reason: str) -> None:

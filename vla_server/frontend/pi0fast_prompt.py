@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vla_server.errors import RequestError
+from vla_server.frontend.pi_policy_inputs import clean_task
 
 CONVENTIONS = ("lerobot", "openpi")
 ACTION_START = "Action: "
@@ -34,31 +34,21 @@ class Pi0FastPrompt:
     convention: str  # one of CONVENTIONS
     bos_id: int
     action_start_ids: tuple[int, ...]  # "Action: ", without special tokens
-    max_prompt_tokens: int  # the policy's tokenizer_max_length
 
     @classmethod
-    def create(cls, tokenizer: Any, convention: str, max_prompt_tokens: int) -> Pi0FastPrompt:
+    def create(cls, tokenizer: Any, convention: str) -> Pi0FastPrompt:
         if convention == "auto":
             convention = "lerobot"  # pi0-FAST folders are LeRobot's (openpi converts no FAST)
         if convention not in CONVENTIONS:
             raise ValueError(f"prompt convention {convention!r} is not one of {CONVENTIONS}")
         start = tokenizer(ACTION_START, add_special_tokens=False)["input_ids"]
-        return cls(convention, tokenizer.bos_token_id, tuple(start), max_prompt_tokens)
+        return cls(convention, tokenizer.bos_token_id, tuple(start))
 
     def task_text(self, instruction: str, state_bins: list[int]) -> str:
-        task = instruction.strip().replace("_", " ").replace("\n", " ")
+        task = clean_task(instruction)
         if self.convention == "openpi":
             task = task.lower()
         return f"Task: {task}, State: {' '.join(map(str, state_bins))};\n"
-
-    def check_length(self, ids: list[int], field: str) -> None:
-        """LeRobot truncates a longer prompt silently (losing its end); here it is refused."""
-        if len(ids) > self.max_prompt_tokens:
-            raise RequestError(
-                f"the prompt has {len(ids)} tokens; the policy's tokenizer_max_length is "
-                f"{self.max_prompt_tokens}",
-                field,
-            )
 
     def action_tail(self) -> list[int]:
         """What an action request's prompt ends with: the rest of the prefix (LeRobot's BOS),

@@ -305,7 +305,7 @@ class TokenizerManager:
         ids, mm_items = await self.mm.expand(item, ids, field)
         check_prompt_length(len(ids), self.limits, field)
         action_tokens = self.mm.action_tokens(item, len(ids), self.limits.context_len)
-        if action_tokens:
+        if item.num_actions:
             item.sampling_params.max_new_tokens = action_tokens
             item.sampling_params.stop_token_ids = self.mm.action_stop_ids()
         prefix_lm_len, position_shift = self.mm.prefix_layout(item, len(ids))
@@ -336,6 +336,7 @@ class TokenizerManager:
             prefix_lm_len=prefix_lm_len,
             position_shift=position_shift,
             relaxed_actions=item.relaxed_decoding,
+            action_state=self.mm.action_state(item),
         )
 
     async def _prompt_ids(self, item: GenerateItem) -> tuple[list[int], Tensor | None, str]:

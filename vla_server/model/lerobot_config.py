@@ -122,6 +122,11 @@ class LeRobotPolicySpec:
                 f"{self.max_state_dim}"
             )
 
+    @property
+    def is_flow(self) -> bool:
+        """pi0 / pi0.5: a flow-matching action expert, not action tokens."""
+        return self.policy_type in ("pi0", "pi05")
+
     def camera_key(self, name: str) -> str:
         return IMAGE_PREFIX + name
 

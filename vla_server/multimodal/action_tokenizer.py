@@ -33,9 +33,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from vla_server.model.lerobot_config import read_lerobot_config
+from vla_server.model.lerobot_config import lerobot_spec
 from vla_server.multimodal.action_config import ActionSpec, NormStats, read_action_spec
 from vla_server.multimodal.fast_actions import FastActionTokenizer
+from vla_server.multimodal.flow_actions import FlowActionPolicy
 
 
 class ActionDecodeError(ValueError):
@@ -227,13 +228,19 @@ def _check_declared_vocab(spec: ActionSpec, tokenizer_vocab_size: int) -> None:
         )
 
 
-def load_action_tokenizer(
-    folder: str | Path, tokenizer: Any
-) -> ActionTokenizer | FastActionTokenizer | None:
+# What a checkpoint turns into actions: bin tokens, FAST tokens or a flow-matching chunk.
+AnyActions = ActionTokenizer | FastActionTokenizer | FlowActionPolicy
+
+
+def load_action_tokenizer(folder: str | Path, tokenizer: Any) -> AnyActions | None:
     """The checkpoint's action tokenizer for its HF `tokenizer`: the one way every process
     loads it, so they all count bins from the same vocabulary. A LeRobot pi0-FAST folder has
-    FAST action tokens (`fast_actions`); others may declare OpenVLA-style bins."""
-    if read_lerobot_config(folder) is not None:
+    FAST action tokens (`fast_actions`), a pi0 / pi0.5 one a flow-matching head
+    (`flow_actions`); others may declare OpenVLA-style bins."""
+    policy = lerobot_spec(folder)
+    if policy is not None:
+        if policy.is_flow:
+            return FlowActionPolicy.from_folder(folder)
         return FastActionTokenizer.from_folder(folder, tokenizer)
     return ActionTokenizer.from_folder(
         folder,

@@ -110,8 +110,7 @@ class FastActionTokenizer:
 
     def state_bins(self, state: list[float]) -> list[int]:
         """The discretised state of the prompt, from raw robot state."""
-        normalized = self.state_norm.normalize(np.asarray(state, dtype=np.float32))
-        return (np.digitize(normalized, STATE_BINS) - 1).tolist()
+        return discretize_state(self.state_norm.normalize(np.asarray(state, dtype=np.float32)))
 
     def decode_chunk(self, ids: list[int], relaxed: bool) -> np.ndarray:
         """PaliGemma ids of FAST tokens -> float32 [horizon, action_dim] in robot units."""
@@ -135,6 +134,11 @@ class FastActionTokenizer:
             "end_token_ids": list(self.end_ids),
             "unnorm_keys": [],
         }
+
+
+def discretize_state(normalized: np.ndarray) -> list[int]:
+    """openpi's 256 state bins over [-1, 1], not clipped: below range -1, above 255."""
+    return (np.digitize(normalized, STATE_BINS) - 1).tolist()
 
 
 def _end_ids(tokenizer: Any) -> tuple[int, ...]:

@@ -2,9 +2,11 @@
 runs in the model worker thread.
 
 It reads only the batch and read-only request fields (prompt, images, sampling parameters,
-generator, vocabulary mask) and returns a BatchResult; the scheduler applies the result. The one
-request field it writes is the prefill's image state (`Req.prefill_images`), which the scheduler
-touches only when no batch of the request is in flight.
+generator, vocabulary mask) and returns a BatchResult; the scheduler applies the result. The
+request fields it writes are the prefill's image state (`Req.prefill_images`) and a denoising
+request's chunk (`FlowState.x`), which the scheduler touches only when no batch of the request is
+in flight. A batch's denoising pass runs after its forward, so a prompt prefilled by that
+forward is already in the KV pool.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 
 from vla_server.config import ThreadPlan
 from vla_server.io_struct import MMItem
+from vla_server.model.flow_matching import euler_update
 from vla_server.model.model_runner import ModelRunner
 from vla_server.model.sampling import (
     SamplingBatchInfo,
@@ -52,6 +55,14 @@ class BatchRunner:
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> BatchResult:
+        result = self._forward(batch) if batch.reqs else BatchResult([], [], 0.0)
+        if batch.denoise:
+            t0 = time.perf_counter()
+            self._denoise(batch)
+            result.denoise_s = time.perf_counter() - t0
+        return result
+
+    def _forward(self, batch: ScheduledBatch) -> BatchResult:
         t0 = time.perf_counter()
         tokens = self._resolve_pending(batch)
         self._set_threads(len(tokens), sum(len(t) for t in tokens))
@@ -75,6 +86,20 @@ class BatchRunner:
         if rows:
             self._sample(batch, rows, tokens, logits.next_token_logits, next_ids, logprobs)
         return BatchResult(next_ids, logprobs, time.perf_counter() - t0)
+
+    def _denoise(self, batch: ScheduledBatch) -> None:
+        """One Euler step of every denoising request, in one expert pass."""
+        flows = [r.flow for r in batch.denoise if r.flow is not None]
+        dev = self.device
+        x = torch.cat([f.x.to(dev) for f in flows])
+        states = [f.state for f in flows if f.state is not None]
+        state = torch.cat(states).to(dev) if states else None
+        times = torch.tensor(batch.denoise_times, dtype=torch.float32, device=dev)
+        self._set_threads(len(flows), 0)
+        v = self.runner.denoise(batch.denoise_rows, batch.denoise_prefix_lens, x, times, state)
+        x = euler_update(x, v, flows[0].num_steps)
+        for i, f in enumerate(flows):
+            f.x = x[i : i + 1]
 
     def _set_threads(self, requests: int, new_tokens: int) -> None:
         # Runs on the model worker thread, the one whose OpenMP pool the next forward uses.

@@ -34,6 +34,7 @@ class SchedulerControl:
         drain: Callable[[], None],
         abort_all: Callable[[], None],
         step_cost: StepCostModel,
+        model_counters: Callable[[], dict[str, int]] | None = None,
     ):
         self.state = state
         self.kv = kv
@@ -43,6 +44,7 @@ class SchedulerControl:
         self.drain = drain
         self.abort_all = abort_all
         self.step_cost = step_cost
+        self.model_counters = model_counters  # the model runner's work counters, if it keeps any
         self.weight_version = 0
         self.handlers: dict[type, Callable[[Any], RpcReply]] = {
             PauseGenerationReq: self.pause,
@@ -164,5 +166,6 @@ class SchedulerControl:
                 "paused": s.paused,
                 "weight_version": self.weight_version,
                 "mm_embedding_cache": None if self.embedder is None else self.embedder.state(),
+                "model_counters": None if self.model_counters is None else self.model_counters(),
             },
         )

@@ -11,6 +11,7 @@ this one's at once) -> stream outputs to the sink.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Executor, Future
 
 import torch
@@ -20,6 +21,7 @@ from vla_server.io_struct import AbortReq, RpcReply, SchedulerStats, TokenizedGe
 from vla_server.scheduler.control import SchedulerControl
 from vla_server.scheduler.deadline import StepTimer
 from vla_server.scheduler.finish_check import FinishChecker
+from vla_server.scheduler.flow_state import FlowSpec
 from vla_server.scheduler.image_embedder import ImageEmbedder
 from vla_server.scheduler.intake import Intake
 from vla_server.scheduler.interfaces import Clock, OutputSink, Runner, SystemClock
@@ -50,6 +52,8 @@ class SchedulerCore:
         context_len: int,
         action_mask: torch.Tensor | None = None,
         prefix_lm: bool = False,
+        flow: FlowSpec | None = None,
+        model_counters: Callable[[], dict[str, int]] | None = None,
         embedder: ImageEmbedder | None = None,
         clock: Clock | None = None,
         worker: Executor | None = None,
@@ -70,7 +74,7 @@ class SchedulerCore:
         self.intake = Intake(
             cfg, self.policy, self.state, sessions, self.outputs, runner.generator_for, self.clock,
             kv_tokens=kv.total_tokens, context_len=context_len, action_mask=action_mask,
-            prefix_lm=prefix_lm,
+            prefix_lm=prefix_lm, flow=flow,
         )  # fmt: skip
         self.step_cost = StepCostModel()
         isolation = Isolation.from_config(cfg, self.policy, self.step_cost)
@@ -89,6 +93,7 @@ class SchedulerCore:
             self.drain,
             self._abort_all,
             self.step_cost,
+            model_counters,
         )
         self._sessions_reaped_at = self.clock.monotonic()
 

@@ -20,11 +20,13 @@ def finish_deadline(missed_by_s: float, predicted: bool) -> FinishDeadline:
 
 
 class StepTimer:
-    """Moving averages of the decode step time and the per-token cost of prefill."""
+    """Moving averages of the decode step time, the per-token cost of prefill and the time of
+    a denoising pass (pi0 / pi0.5)."""
 
     def __init__(self) -> None:
         self.decode_step_s = 0.0
         self.prefill_token_s = 0.0
+        self.denoise_step_s = 0.0
 
     def observe(self, num_tokens: int, is_decode: bool, seconds: float) -> None:
         if is_decode:
@@ -32,10 +34,14 @@ class StepTimer:
         elif num_tokens:
             self.prefill_token_s = _ema(self.prefill_token_s, seconds / num_tokens)
 
+    def observe_denoise(self, seconds: float) -> None:
+        self.denoise_step_s = _ema(self.denoise_step_s, seconds)
+
     def time_left_s(self, req: Req) -> float:
         """Predicted time until `req` finishes if it ran from now."""
         prefill = max(req.num_new_tokens - 1, 0) * self.prefill_token_s
-        return prefill + req.remaining_new_tokens() * self.decode_step_s
+        denoise = 0.0 if req.flow is None else req.flow.steps_left * self.denoise_step_s
+        return prefill + req.remaining_new_tokens() * self.decode_step_s + denoise
 
     def check(self, req: Req, now: float | None = None) -> FinishDeadline | None:
         """A deadline finish reason if `req` has missed, or will miss, its deadline."""

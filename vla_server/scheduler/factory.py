@@ -4,6 +4,7 @@ image embedder, assembled into a SchedulerCore; and the readiness info for the m
 
 from __future__ import annotations
 
+import dataclasses
 from concurrent.futures import Executor
 from typing import Any
 
@@ -14,9 +15,11 @@ from vla_server.model.attention.registry import resolve_backend_name
 from vla_server.model.model_runner import ModelRunner
 from vla_server.model.tokenizer import load_tokenizer
 from vla_server.multimodal.action_tokenizer import load_action_tokenizer
+from vla_server.multimodal.flow_actions import FlowActionPolicy
 from vla_server.scheduler.batch_runner import BatchRunner
 from vla_server.scheduler.core import SchedulerCore
 from vla_server.scheduler.finish_check import FinishChecker
+from vla_server.scheduler.flow_state import FlowSpec
 from vla_server.scheduler.image_embedder import ImageEmbedder
 from vla_server.scheduler.interfaces import OutputSink
 from vla_server.scheduler.kv_cache_manager import KVCacheManager
@@ -41,9 +44,19 @@ def build_model_runner(model: ModelRunnerConfig) -> ModelRunner:
 
 def action_mask(model_path: str, tokenizer: Any, vocab_size: int) -> torch.Tensor | None:
     """Allowed tokens of action requests (the action bins, or FAST's tokens and their ends), or
-    None without an action tokenizer."""
+    None without action tokens (none at all, or a flow-matching policy's denoised chunk)."""
     actions = load_action_tokenizer(model_path, tokenizer)
-    return None if actions is None else actions.allowed_mask(vocab_size)
+    if actions is None or isinstance(actions, FlowActionPolicy):
+        return None
+    return actions.allowed_mask(vocab_size)
+
+
+def flow_spec(runner: ModelRunner) -> FlowSpec | None:
+    """The denoising of a pi0 / pi0.5 checkpoint's action requests (None for other models)."""
+    spec = runner.policy_spec
+    if runner.flow is None or spec is None:
+        return None
+    return FlowSpec(spec.chunk_size, spec.max_action_dim, spec.num_inference_steps)
 
 
 def build_core(
@@ -69,6 +82,8 @@ def build_core(
         context_len=runner.context_len,
         action_mask=action_mask(model.checkpoint.model_path, tokenizer, runner.vocab_size),
         prefix_lm=runner.config.prefix_lm,
+        flow=flow_spec(runner),
+        model_counters=lambda: dataclasses.asdict(runner.flow_counters),
         embedder=embedder,
         worker=worker,
     )

@@ -16,6 +16,7 @@ import torch
 
 from vla_server.config import SchedulerConfig
 from vla_server.io_struct import AbortReq, FinishSuperseded, TokenizedGenerateReqInput, abort
+from vla_server.scheduler.flow_state import FlowSpec, FlowState
 from vla_server.scheduler.interfaces import Clock
 from vla_server.scheduler.output_streamer import OutputStream
 from vla_server.scheduler.policy import PolicyConfig
@@ -39,6 +40,7 @@ class Intake:
         context_len: int,
         action_mask: torch.Tensor | None,
         prefix_lm: bool = False,
+        flow: FlowSpec | None = None,
     ):
         self.default_priority = cfg.default_priority_value
         self.max_queued = cfg.max_queued_requests
@@ -52,6 +54,7 @@ class Intake:
         self.context_len = context_len
         self.action_mask = action_mask
         self.prefix_lm = prefix_lm  # the model attends each prompt's prefix bidirectionally
+        self.flow = flow  # pi0 / pi0.5: action requests denoise a chunk instead of sampling
 
     def generate(self, msg: TokenizedGenerateReqInput) -> None:
         req = Req.from_wire(msg, self.default_priority)
@@ -75,10 +78,13 @@ class Intake:
         if not self._fits(req):
             return
         if req.num_actions:
-            if self.action_mask is None:
+            if self.flow is not None:
+                req.flow = FlowState.create(self.flow, msg)
+            elif self.action_mask is None:
                 self.reject(req, "this model has no action tokenizer")
                 return
-            req.vocab_mask = self.action_mask
+            else:
+                req.vocab_mask = self.action_mask
         self._supersede(stale)  # first: the stale frames must not hold a queue slot
         if not self._queue_admits(req):
             return

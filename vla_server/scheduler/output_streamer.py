@@ -45,6 +45,7 @@ def build_output(reqs: list[Req], stats: SchedulerStats) -> BatchTokenIDOutput:
         spaces_between_special_tokens=[],
         action_counts=[],
         relaxed_actions=[],
+        action_chunks=[],
     )
     for req in reqs:
         new_ids = req.output_ids[req.sent_output_len :]
@@ -76,6 +77,7 @@ def build_output(reqs: list[Req], stats: SchedulerStats) -> BatchTokenIDOutput:
         out.action_keys.append(req.unnorm_key)
         out.action_counts.append(req.num_actions)
         out.relaxed_actions.append(req.wire.relaxed_actions)
+        out.action_chunks.append(None if req.flow is None else req.flow.chunk())
         req.pending_logprobs = None
         req.queue_time_sent = req.queue_time_sent or req.queue_time is not None
         req.sent_output_len = len(req.output_ids)

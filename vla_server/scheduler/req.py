@@ -18,6 +18,7 @@ from vla_server.mem_cache.prefix_key import prefix_lm_key_head
 from vla_server.mem_cache.radix_cache import TreeNode
 from vla_server.model.sampling import SamplingParams
 from vla_server.multimodal.prefill_images import PrefillImages
+from vla_server.scheduler.flow_state import FlowState
 
 # How many prompt ids ride along with a request's first output chunk as decoding context.
 DETOKENIZE_CONTEXT_IDS = 5
@@ -62,6 +63,8 @@ class Req:
     # Prefix-LM: the radix key's first entry, a digest of the whole bidirectional prefix (see
     # `cache_key`); None for causal requests.
     key_head: int | None = None
+    # pi0 / pi0.5 action requests: the chunk being denoised (flow_state.py); None otherwise.
+    flow: FlowState | None = None
 
     # streaming bookkeeping
     sent_output_len: int = 0
@@ -172,6 +175,11 @@ class Req:
     def num_new_tokens(self) -> int:
         """Tokens still to be computed before the request can sample again."""
         return self.seq_len - self.kv_len
+
+    @property
+    def prompt_in_kv(self) -> bool:
+        """The prompt's K/V are in the pool, or being written by a scheduled batch."""
+        return self.kv_len >= len(self.origin_input_ids)
 
     @property
     def is_decoding(self) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 
+from vla_server.io_struct import FinishLength
 from vla_server.scheduler.deadline import StepTimer
 from vla_server.scheduler.finish_check import FinishChecker
 from vla_server.scheduler.kv_cache_manager import KVCacheManager
@@ -39,8 +40,11 @@ class ResultProcessor:
 
     def process(self, batch: ScheduledBatch, future: Future[BatchResult]) -> None:
         result = future.result()
-        self.timer.observe(batch.num_tokens, batch.is_decode, result.forward_s)
-        self.step_cost.observe(batch.num_tokens, result.forward_s)
+        if batch.reqs:
+            self.timer.observe(batch.num_tokens, batch.is_decode, result.forward_s)
+            self.step_cost.observe(batch.num_tokens, result.forward_s)
+        if batch.denoise:
+            self.timer.observe_denoise(result.denoise_s)
         for i, req in enumerate(batch.reqs):
             req.inflight -= 1
             if batch.sample[i]:
@@ -52,8 +56,14 @@ class ResultProcessor:
                 if req.max_new_tokens > 0:
                     req.output_ids.append(result.next_ids[i])
                 self.finish_checker.check(req)
-        self.finish([r for r in batch.reqs if r.finished])
-        self.outputs.send_ready(batch.reqs)
+        for req in batch.denoise:
+            req.inflight -= 1
+            if not req.finished:
+                _denoised(req)
+        seen = set(batch.reqs)
+        stepped = batch.reqs + [r for r in batch.denoise if r not in seen]
+        self.finish([r for r in stepped if r.finished])
+        self.outputs.send_ready(stepped)
 
     def finish(self, reqs: list[Req]) -> None:
         """Release the KV of finished requests no batch in flight still uses; stream their ends."""
@@ -89,3 +99,12 @@ class ResultProcessor:
         if lp.output is not None and req.max_new_tokens > 0:
             d.output_vals.append(lp.output[0])
             d.output_top.append(lp.output[1])
+
+
+def _denoised(req: Req) -> None:
+    """One more Euler step applied; the last one finishes the request by its budget."""
+    flow = req.flow
+    assert flow is not None
+    flow.done += 1
+    if flow.done == flow.num_steps:
+        req.finished_reason = FinishLength(flow.num_steps)

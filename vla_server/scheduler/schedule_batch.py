@@ -29,6 +29,12 @@ class ScheduledBatch:
     prev: ScheduledBatch | None = None  # the batch whose samples resolve PENDING tokens
     # Filled by the worker: the token each sampling request drew.
     sampled: dict[Req, int] = field(default_factory=dict)
+    # pi0 / pi0.5 requests taking one denoising step in this batch (after its forward, if any),
+    # with their rows, prompt lengths and the step's time t, captured when scheduled.
+    denoise: list[Req] = field(default_factory=list)
+    denoise_rows: list[int] = field(default_factory=list)
+    denoise_prefix_lens: list[int] = field(default_factory=list)
+    denoise_times: list[float] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -52,3 +58,4 @@ class BatchResult:
     next_ids: list[int]  # per request; PENDING where it did not sample
     logprobs: list[ReqLogprobs | None]
     forward_s: float  # forward + sample wall time, for the deadline estimator
+    denoise_s: float = 0.0  # the denoising pass's wall time

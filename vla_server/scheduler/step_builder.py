@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
+
+from vla_server.model.flow_matching import flow_times
 from vla_server.scheduler.batch_runner import prompt_span
 from vla_server.scheduler.interfaces import Clock
 from vla_server.scheduler.isolation import Gate, Isolation
@@ -75,9 +78,12 @@ class StepBuilder:
             plan += self._advance([r for r in s.running if not iso.protects(r)], adder, gate)
             if not blocked:  # strict queue order: nothing jumps a protected request
                 plan += self._admit(queue[len(first) :], adder, gate)[0]
-        if not plan:
-            return None
-        return self._allocate(plan)
+        batch = self._allocate([(r, n) for r, n in plan if n])  # n = 0: a prompt all cached
+        ready = [r for r in s.running if _denoises_next(r)]
+        if ready:
+            batch = batch or self._make_batch([], torch.empty(0, dtype=torch.int64))
+            self._add_denoise(batch, ready)
+        return batch
 
     def _advance(
         self, reqs: list[Req], adder: PrefillAdder, gate: Gate | None
@@ -183,7 +189,7 @@ class StepBuilder:
             if len(toks) < n:
                 toks.append(PENDING)  # the token the in-flight batch is sampling for it
             span, targets = prompt_span(req, req.kv_len, n)
-            sample = req.kv_len + n == req.seq_len
+            sample = req.kv_len + n == req.seq_len and req.flow is None
             batch.reqs.append(req)
             batch.tokens.append(toks)
             batch.prefix_lens.append(req.kv_len)
@@ -192,10 +198,32 @@ class StepBuilder:
             batch.prompt_spans.append(span)
             batch.prompt_targets.append(targets)
             req.kv_len += n
-            req.last_step_at = now
-            req.inflight += 1
             req.pending_tokens += int(sample)
-            if req.queue_time is None:
-                req.queue_time = now - req.arrival_time
-                req.queue_steps = s.step_count - req.arrival_step
+            self._stepped(req, now)
         return batch
+
+    def _add_denoise(self, batch: ScheduledBatch, ready: list[Req]) -> None:
+        """One denoising pass for each request in `ready`, at its next step's time."""
+        now = self.clock.monotonic()
+        for req in ready:
+            flow = req.flow
+            assert flow is not None and req.req_pool_idx is not None
+            batch.denoise.append(req)
+            batch.denoise_rows.append(req.req_pool_idx)
+            batch.denoise_prefix_lens.append(req.kv_len)
+            batch.denoise_times.append(flow_times(flow.num_steps)[flow.scheduled])
+            flow.scheduled += 1
+            self._stepped(req, now)
+
+    def _stepped(self, req: Req, now: float) -> None:
+        req.last_step_at = now
+        req.inflight += 1
+        if req.queue_time is None:
+            req.queue_time = now - req.arrival_time
+            req.queue_steps = self.state.step_count - req.arrival_step
+
+
+def _denoises_next(req: Req) -> bool:
+    """A flow request whose prompt K/V are in place and that has steps left to schedule."""
+    flow = req.flow
+    return flow is not None and not req.finished and req.prompt_in_kv and flow.to_schedule

@@ -1,12 +1,16 @@
-"""An action query's cameras and state for a pi0-FAST checkpoint (`/v1/actions`, openpi).
+"""A pi-family action query's cameras, state and task (`/v1/actions`, openpi, `/generate`).
 
 * Cameras: `image_data` as a list, one image per camera in the policy's `input_features`
   order, or a map keyed by camera name (`base_0_rgb` or `observation.images.base_0_rgb`) that
   may leave cameras out: LeRobot feeds a missing camera as a masked image, which no token
   attends to and which advances no position, exactly as if it were not there. (A map with a
-  `data` key is one raw-pixel image, as everywhere else.)
-* State: raw robot state, one float per dim of `observation.state`; normalised with the
-  checkpoint's statistics and discretised into the prompt (`FastActionTokenizer.state_bins`).
+  `data` key is one raw-pixel image, as everywhere else.) A pi0 / pi0.5 policy also takes a
+  shorter list: the cameras after it are missing.
+* State: raw robot state, one float per dim of `observation.state`; the policy normalises it
+  with the checkpoint's statistics (pi0-FAST and pi0.5 discretise it into the prompt, pi0
+  feeds it to its state token).
+* Task: cleaned as openpi cleans it (`strip()`, "_" and "\\n" to spaces); a prompt longer than
+  the policy's `tokenizer_max_length` is refused (LeRobot would cut its end off silently).
 """
 
 from __future__ import annotations
@@ -16,13 +20,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from vla_server.errors import RequestError
-from vla_server.model.lerobot_config import IMAGE_PREFIX
-from vla_server.multimodal.fast_actions import FastActionTokenizer
+from vla_server.model.lerobot_config import IMAGE_PREFIX, LeRobotPolicySpec
 
 
-def camera_images(fast: FastActionTokenizer, image_data: Any) -> list[Any]:
+def camera_images(spec: LeRobotPolicySpec, image_data: Any) -> list[Any]:
     """The query's images in the policy's camera order (absent cameras left out)."""
-    cameras = fast.spec.cameras
+    cameras = spec.cameras
     if isinstance(image_data, Mapping) and "data" not in image_data:
         by_name = {}
         for key, image in image_data.items():
@@ -38,7 +41,8 @@ def camera_images(fast: FastActionTokenizer, image_data: Any) -> list[Any]:
         return images
     given = image_data if isinstance(image_data, list) else [image_data]
     images = [im for im in given if im is not None]
-    if len(images) != len(cameras):
+    fewer_ok = spec.is_flow and 1 <= len(images) < len(cameras)
+    if len(images) != len(cameras) and not fewer_ok:
         raise RequestError(
             f"{len(images)} images for the policy's {len(cameras)} cameras "
             f"({', '.join(cameras)}): give one per camera in this order, or a map keyed by "
@@ -48,9 +52,10 @@ def camera_images(fast: FastActionTokenizer, image_data: Any) -> list[Any]:
     return images
 
 
-def state_bins(fast: FastActionTokenizer, state: Any) -> list[int]:
-    """The discretised state of the prompt; raises a RequestError naming `state`."""
-    dim = fast.spec.state_dim
+def checked_state(spec: LeRobotPolicySpec, state: Any) -> list[float]:
+    """The raw state as floats, one per state dim ([] for a policy without state); raises a
+    RequestError naming `state`."""
+    dim = spec.state_dim
     if state is None or (isinstance(state, list) and not state and not dim):
         if dim:
             raise RequestError(f"this policy needs the robot state ({dim} floats)", "state")
@@ -59,8 +64,20 @@ def state_bins(fast: FastActionTokenizer, state: Any) -> list[int]:
         raise RequestError("must be a list of finite numbers", "state")
     if len(state) != dim:
         raise RequestError(f"has {len(state)} values; the policy's state has {dim}", "state")
-    return fast.state_bins([float(v) for v in state])
+    return [float(v) for v in state]
 
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def clean_task(instruction: str) -> str:
+    return instruction.strip().replace("_", " ").replace("\n", " ")
+
+
+def check_prompt_tokens(ids: list[int], max_tokens: int, field: str) -> None:
+    if len(ids) > max_tokens:
+        raise RequestError(
+            f"the prompt has {len(ids)} tokens; the policy's tokenizer_max_length is {max_tokens}",
+            field,
+        )

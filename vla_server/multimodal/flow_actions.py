@@ -1,0 +1,116 @@
+"""pi0 / pi0.5's actions: what an action request on a flow-matching policy needs beside the
+model (the OpenVLA counterpart: `ActionTokenizer`; pi0-FAST's: `FastActionTokenizer`).
+
+* State: raw robot state, normalised with the checkpoint's statistics. pi0 feeds it to its
+  state token, zero-padded to `max_state_dim`; pi0.5 writes it into the prompt, discretised
+  into 256 bins over [-1, 1] from the unpadded normalised values (`np.digitize` without
+  clipping: below -1 gives -1, above 1 gives 255).
+* Noise: a request with `seed` s starts from
+  `torch.randn((1, chunk_size, max_action_dim), generator=torch.Generator("cpu").manual_seed(s),
+  dtype=torch.float32)` (`initial_noise`), so any client can reproduce a chunk.
+* Chunk: the denoised `[chunk_size, max_action_dim]`, its first `action_dim` dims unnormalised.
+
+Statistics: LeRobot's processor files when the folder has them, else openpi's
+`assets/<id>/norm_stats.json`, else none (values pass through, as LeRobot does).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from vla_server.model.lerobot_config import ACTION_KEY, STATE_KEY, LeRobotPolicySpec, lerobot_spec
+from vla_server.multimodal.fast_actions import discretize_state
+from vla_server.multimodal.lerobot_normalizer import (
+    IDENTITY,
+    POSTPROCESSOR,
+    PREPROCESSOR,
+    feature_normalizer,
+)
+from vla_server.multimodal.openpi_norm_stats import has_norm_stats
+from vla_server.multimodal.openpi_normalizer import openpi_normalizers
+
+
+class Normalizer(Protocol):
+    def normalize(self, x: np.ndarray) -> np.ndarray: ...
+
+    def unnormalize(self, x: np.ndarray) -> np.ndarray: ...
+
+
+def initial_noise(seed: int | None, chunk_size: int, max_action_dim: int) -> torch.Tensor:
+    """The chunk a request starts denoising from: seeded (documented above) or fresh."""
+    generator = None if seed is None else torch.Generator("cpu").manual_seed(seed)
+    return torch.randn((1, chunk_size, max_action_dim), generator=generator, dtype=torch.float32)
+
+
+class FlowActionPolicy:
+    kind = "flow"
+
+    def __init__(self, spec: LeRobotPolicySpec, state_norm: Normalizer, action_norm: Normalizer):
+        self.spec = spec
+        self.state_norm, self.action_norm = state_norm, action_norm
+        self.action_dim = spec.action_dim
+        self.horizon = spec.chunk_size
+
+    @classmethod
+    def from_folder(cls, folder: str | Path) -> FlowActionPolicy:
+        spec = lerobot_spec(folder)
+        if spec is None or not spec.is_flow:
+            raise ValueError(f"{folder} is not a pi0 / pi0.5 policy")
+        return cls(spec, *_normalizers(Path(folder), spec))
+
+    @property
+    def state_in_prompt(self) -> bool:
+        return self.spec.policy_type == "pi05"
+
+    def normalized_state(self, state: list[float]) -> np.ndarray:
+        return self.state_norm.normalize(np.asarray(state, dtype=np.float32))
+
+    def state_vector(self, state: list[float]) -> np.ndarray:
+        """pi0's state token input: float32 [max_state_dim], normalised, zero-padded."""
+        out = np.zeros(self.spec.max_state_dim, dtype=np.float32)
+        out[: len(state)] = self.normalized_state(state)
+        return out
+
+    def state_bins(self, state: list[float]) -> list[int]:
+        return discretize_state(self.normalized_state(state))
+
+    def unnormalize(self, chunk: np.ndarray) -> np.ndarray:
+        """float32 [chunk_size, max_action_dim] model output -> [chunk_size, action_dim]."""
+        return self.action_norm.unnormalize(chunk[:, : self.action_dim]).astype(np.float32)
+
+    def unnorm_keys(self) -> list[str]:
+        return []  # one set of statistics, the checkpoint's
+
+    def resolve_unnorm_key(self, unnorm_key: str | None) -> str | None:
+        if unnorm_key is not None:
+            raise ValueError("a pi0 / pi0.5 checkpoint has one set of statistics: give none")
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "policy_type": self.spec.policy_type,
+            "action_dim": self.action_dim,
+            "chunk_size": self.horizon,
+            "num_inference_steps": self.spec.num_inference_steps,
+            "cameras": list(self.spec.cameras),
+            "state_dim": self.spec.state_dim,
+            "unnorm_keys": [],
+        }
+
+
+def _normalizers(folder: Path, spec: LeRobotPolicySpec) -> tuple[Normalizer, Normalizer]:
+    modes = spec.normalization_mapping
+    if (folder / PREPROCESSOR).is_file() or (folder / POSTPROCESSOR).is_file():
+        state = feature_normalizer(folder, PREPROCESSOR, "normalizer_processor", STATE_KEY,
+                                   "STATE", modes)  # fmt: skip
+        action = feature_normalizer(folder, POSTPROCESSOR, "unnormalizer_processor", ACTION_KEY,
+                                    "ACTION", modes)  # fmt: skip
+        return state, action
+    if has_norm_stats(folder):
+        return openpi_normalizers(folder, modes.get("STATE", "IDENTITY"))
+    return IDENTITY, IDENTITY
