@@ -114,9 +114,7 @@ def test_an_abort_while_denoising_sends_no_chunk_and_frees_everything():
 
 
 def test_a_retracted_robot_restarts_from_its_noise():
-    h = Harness(
-        prefix_lm=True, flow=SPEC, enable_priority_scheduling=True, max_running_requests=1
-    )
+    h = Harness(prefix_lm=True, flow=SPEC, enable_priority_scheduling=True, max_running_requests=1)
     _submit(h, "r0", seed=5, priority=0)
     h.run_until(lambda: len(_times(h, PROMPTS["r0"])) >= 4, "four passes")
     _submit(h, "vip", seed=6, ids=PROMPTS["r3"], priority=100)  # takes r0's only slot

@@ -203,8 +203,7 @@ def _check_flow_body(body: ActionsBody) -> None:
     for name in ("relaxed_decoding", "return_token_ids", "temperature"):
         if getattr(body, name):
             raise RequestError(
-                "a pi0 / pi0.5 chunk is denoised from noise (set by seed), not sampled from "
-                "tokens",
+                "a pi0 / pi0.5 chunk is denoised from noise (set by seed), not sampled from tokens",
                 name,
             )
 
