@@ -19,6 +19,7 @@ BENCHES = {
     "ecosystem": "vla_server.bench.ecosystem",
     "soak": "vla_server.bench.soak",
     "control": "vla_server.bench.control",
+    "flow": "vla_server.bench.flow",
     "bridge": "ros_bridge.bench_bridge",
 }
 # What a benchmark needs beyond `pip install vla-server`.
