@@ -31,8 +31,11 @@ from vla_server.model.flow_matching import euler_update, flow_times
 from vla_server.model.lerobot_config import LeRobotPolicySpec, lerobot_spec
 from vla_server.model.model_runner import ModelRunner
 from vla_server.model.paligemma_config import expert_config
+from vla_server.model.tokenizer import load_tokenizer
 from vla_server.model.weight_loader import WeightLoadError
 from vla_server.multimodal.openpi_norm_stats import read_norm_stats
+from vla_server.multimodal.pad_resize import PadResize
+from vla_server.multimodal.preprocessors import load_preprocessor
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 EXPERT = "paligemma_with_expert.gemma_expert."
@@ -59,6 +62,9 @@ def test_every_layout_loads_the_same_model(kind):
         assert runner.policy_spec == bare.policy_spec, layout
         for part in ("model", "vision", "flow"):
             assert _same_parameters(getattr(runner, part), getattr(bare, part)), (layout, part)
+        folder = pi0_model_path(kind, layout)
+        assert load_tokenizer(folder)("pick up the cup\n")["input_ids"][0] == 2  # <bos>
+        assert load_preprocessor(folder) == PadResize(28, 28)
     spec = bare.policy_spec
     assert spec.cameras == CAMERAS and (spec.state_dim, spec.action_dim) == (STATE_DIM, ACTION_DIM)
     assert spec.chunk_size == CHUNK and spec.max_action_dim == spec.max_state_dim == 32
