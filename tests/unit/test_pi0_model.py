@@ -22,6 +22,7 @@ import torch
 
 from tests import pi0_reference as ref
 from tests.helpers.images import random_rgb
+from tests.helpers.paligemma_prefill import prefill as prefill_prompt
 from tests.pi0fast_reference import lerobot_pixels
 from vla_server.bench.pi0_checkpoint import IMAGE_SIZE, NUM_STEPS, pi0_model_path
 from vla_server.model.flow_matching import euler_update, flow_times
@@ -91,17 +92,9 @@ class Prefilled:
 
 def prefill(runner: ModelRunner, pixels: torch.Tensor, ids: list[int]) -> Prefilled:
     """Images then text into the pool, the whole prompt bidirectional."""
-    images = torch.cat(runner.encode_images(list(pixels.numpy())))
-    n_img = images.shape[0]
-    tokens = [0] * n_img + ids
-    row = runner.req_to_token_pool.alloc()
-    slots = runner.kv_pool.allocator.alloc(len(tokens))
-    batch = runner.build_forward_batch(
-        [row], [0], [tokens], slots, input_embeds=images,
-        input_embeds_mask=[True] * n_img + [False] * len(ids), prefix_lm_lens=[len(tokens)],
-    )  # fmt: skip
-    runner.forward(batch)
-    return Prefilled(row, slots, len(tokens))
+    length = runner.vision.num_image_tokens * pixels.shape[0] + len(ids)
+    row, slots, _logits = prefill_prompt(runner, pixels, ids, length)
+    return Prefilled(row, slots, length)
 
 
 def release(runner: ModelRunner, request: Prefilled) -> None:

@@ -97,23 +97,13 @@ def load_model_config(model_path: str | Path) -> ModelConfig:
             f"{architecture}: decoder model_type {decoder_type!r} is not supported "
             f"(supported: {', '.join(_DECODER_TYPES)})"
         )
-    _check_supported(text)
     is_multimodal = vision_format is not None
-    rope = _rope_parameters(text)
     gemma = decoder_type == "gemma"
     return ModelConfig(
         architecture=architecture,
         decoder_type=decoder_type,
         vocab_size=text.vocab_size,
-        hidden_size=text.hidden_size,
-        intermediate_size=text.intermediate_size,
-        num_layers=text.num_hidden_layers,
-        num_heads=text.num_attention_heads,
-        num_kv_heads=text.num_key_value_heads or text.num_attention_heads,
-        head_dim=getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads,
-        rms_norm_eps=text.rms_norm_eps,
-        rope_theta=float(rope["rope_theta"]),
-        rope_scaling=None if rope["rope_type"] == "default" else rope,
+        **_decoder_dimensions(text),
         max_position_embeddings=text.max_position_embeddings,
         tie_word_embeddings=bool(hf.tie_word_embeddings),
         qkv_bias=decoder_type == "qwen2" or bool(getattr(text, "attention_bias", False)),
@@ -137,20 +127,10 @@ def expert_model_config(backbone: ModelConfig, spec: LeRobotPolicySpec) -> Model
     settings, the backbone's everything else. Its layer l attends to the backbone's layer-l K/V,
     so depth, KV heads and head size must be the backbone's (openpi asserts the same)."""
     text = expert_config(spec)
-    _check_supported(text)
-    rope = _rope_parameters(text)
     expert = replace(
         backbone,
         architecture="gemma_expert",
-        hidden_size=text.hidden_size,
-        intermediate_size=text.intermediate_size,
-        num_layers=text.num_hidden_layers,
-        num_heads=text.num_attention_heads,
-        num_kv_heads=text.num_key_value_heads or text.num_attention_heads,
-        head_dim=getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads,
-        rms_norm_eps=text.rms_norm_eps,
-        rope_theta=float(rope["rope_theta"]),
-        rope_scaling=None if rope["rope_type"] == "default" else rope,
+        **_decoder_dimensions(text),
         hidden_act=getattr(text, "hidden_act", "gelu_pytorch_tanh"),
         embed_scale=1.0,
         is_multimodal=False,
@@ -165,6 +145,24 @@ def expert_model_config(backbone: ModelConfig, spec: LeRobotPolicySpec) -> Model
                 f"backbone's ({getattr(backbone, name)})"
             )
     return expert
+
+
+def _decoder_dimensions(text: Any) -> dict[str, Any]:
+    """The `ModelConfig` fields of a supported transformers decoder config's sizes, norm and
+    RoPE."""
+    _check_supported(text)
+    rope = _rope_parameters(text)
+    return {
+        "hidden_size": text.hidden_size,
+        "intermediate_size": text.intermediate_size,
+        "num_layers": text.num_hidden_layers,
+        "num_heads": text.num_attention_heads,
+        "num_kv_heads": text.num_key_value_heads or text.num_attention_heads,
+        "head_dim": getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads,
+        "rms_norm_eps": text.rms_norm_eps,
+        "rope_theta": float(rope["rope_theta"]),
+        "rope_scaling": None if rope["rope_type"] == "default" else rope,
+    }
 
 
 def _vision_config(hf: Any, raw: dict[str, Any], vision_format: str | None) -> Any:
