@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 
 from tests import pi0fast_reference as ref
 from tests.helpers.images import random_rgb
+from tests.helpers.paligemma_prefill import prefill
 from vla_server.bench.pi0fast_checkpoint import IMAGE_SIZE, pi0fast_model_path
 from vla_server.mem_cache.prefix_key import prefix_lm_key_head
 from vla_server.model.model_runner import ModelRunner
@@ -43,26 +44,9 @@ def _pixels() -> torch.Tensor:
     return torch.stack([ref.lerobot_pixels(f, IMAGE_SIZE, IMAGE_SIZE) for f in FRAMES])
 
 
-def _prefill(runner: ModelRunner, pixels: torch.Tensor, text_ids: list[int], prefix: int,
-             shift: int = 0) -> tuple[int, torch.Tensor, torch.Tensor]:  # fmt: skip
-    """(request row, slots, logits) after prefilling images + text, the first `prefix` tokens
-    bidirectional."""
-    images = torch.cat(runner.encode_images(list(pixels.numpy())))
-    n_img = images.shape[0]
-    ids = [0] * n_img + text_ids
-    row = runner.req_to_token_pool.alloc()
-    slots = runner.kv_pool.allocator.alloc(len(ids))
-    batch = runner.build_forward_batch(
-        [row], [0], [ids], slots, input_embeds=images,
-        input_embeds_mask=[True] * n_img + [False] * len(text_ids),
-        prefix_lm_lens=[prefix], position_shifts=[shift],
-    )  # fmt: skip
-    return row, slots, runner.forward(batch).next_token_logits[0]
-
-
 def _greedy(runner, pixels, text_ids, tail, shift, fast, max_new) -> ref.Greedy:
     n = len(text_ids) + runner.vision.num_image_tokens * pixels.shape[0]
-    row, slots, logits = _prefill(runner, pixels, text_ids, n - tail, shift)
+    row, slots, logits = prefill(runner, pixels, text_ids, n - tail, shift)
     allowed = fast.allowed_mask(runner.vocab_size)
     stops, tokens, length = set(fast.end_ids + fast.eos_ids), [], n
     all_slots = [slots]
@@ -122,7 +106,7 @@ def test_the_last_prompt_token_changes_the_image_tokens_kv(runner, folder):
     n_img = 4 * len(FRAMES)
     kv = []
     for text in (ids, other):
-        row, slots, _ = _prefill(runner, _pixels(), text, n_img + len(text))
+        row, slots, _ = prefill(runner, _pixels(), text, n_img + len(text))
         kv.append([runner.kv_pool.get_kv(layer)[0][slots[:n_img]].clone() for layer in (0, 1)])
         runner.req_to_token_pool.free(row)
         runner.kv_pool.allocator.free(slots)

@@ -148,7 +148,9 @@ def lerobot_tensors(model: Any, layout: str) -> dict[str, torch.Tensor]:
     return out
 
 
-def _write_processors(out: Path) -> None:
+def write_processors(out: Path, mode: str = "QUANTILES") -> None:
+    """LeRobot's pre/post processor pipelines and their statistics files, normalising the state
+    and the action by `mode` ("QUANTILES", "MEAN_STD")."""
     from safetensors.torch import save_file
 
     def stats(feature: str, values: dict[str, list[float]]) -> dict[str, torch.Tensor]:
@@ -158,7 +160,7 @@ def _write_processors(out: Path) -> None:
         "policy_preprocessor_step_2_normalizer_processor.safetensors",
         ("policy_postprocessor_step_0_unnormalizer_processor.safetensors"),
     )
-    norm_map = {"VISUAL": "IDENTITY", "STATE": "QUANTILES", "ACTION": "QUANTILES"}
+    norm_map = {"VISUAL": "IDENTITY", "STATE": mode, "ACTION": mode}
     features = {
         "observation.state": {"type": "STATE", "shape": [STATE_DIM]},
         "action": {"type": "ACTION", "shape": [ACTION_DIM]},
@@ -172,13 +174,18 @@ def _write_processors(out: Path) -> None:
         {"registry_name": "to_batch_processor", "config": {}},
         {"registry_name": "normalizer_processor", "config": config, "state_file": pre},
     ]
-    _json(out / "policy_preprocessor.json", {"name": "policy_preprocessor", "steps": steps})
+    write_json_file(
+        out / "policy_preprocessor.json", {"name": "policy_preprocessor", "steps": steps}
+    )
     post_config = {**config, "features": {"action": features["action"]}}
     steps = [{"registry_name": "unnormalizer_processor", "config": post_config, "state_file": post}]
-    _json(out / "policy_postprocessor.json", {"name": "policy_postprocessor", "steps": steps})
+    write_json_file(
+        out / "policy_postprocessor.json", {"name": "policy_postprocessor", "steps": steps}
+    )
 
 
-def _json(path: Path, value: Any) -> None:
+def write_json_file(path: Path, value: Any) -> None:
+    """Keys in the given order: a policy config's feature order is its camera order."""
     path.write_text(json.dumps(value, indent=2) + "\n")
 
 
@@ -191,8 +198,8 @@ def build_pi0fast(out: Path, layout: str = "bare", seed: int = 0) -> None:
     save_file(lerobot_tensors(model, layout), str(out / "model.safetensors"))
     tokenizer.save_pretrained(out)
     write_fast_tokenizer(out / "fast_tokenizer", CHUNK, ACTION_DIM, FAST_VOCAB)
-    _json(out / "config.json", _policy_config(vlm))
-    _write_processors(out)
+    write_json_file(out / "config.json", _policy_config(vlm))
+    write_processors(out)
 
 
 def pi0fast_model_path(layout: str = "bare", seed: int = 0) -> Path:

@@ -8,14 +8,18 @@ standardised into `rope_parameters`. Everything downstream reads only `ModelConf
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from vla_server.model.lerobot_config import LeRobotPolicySpec, read_lerobot_config
-from vla_server.model.paligemma_config import paligemma_config
+from vla_server.model.lerobot_config import (
+    LEROBOT_PI_TYPES,
+    LeRobotPolicySpec,
+    read_lerobot_config,
+)
+from vla_server.model.paligemma_config import expert_config, paligemma_config
 from vla_server.model.prismatic_config import PRISMATIC_MODEL_TYPES
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
@@ -61,7 +65,8 @@ class ModelConfig:
     image_token_id: int | None = None
     # The vision tower's config.json section, for the vision loader (None for text-only models).
     vision_config: dict[str, Any] | None = None
-    # The whole top-level config.json, for readers of keys this class does not model.
+    # The whole top-level config.json, for readers of keys this class does not model (an openpi
+    # conversion folder: the LeRobot policy config that describes it, `openpi_config.py`).
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -82,7 +87,7 @@ _NOT_ARCHITECTURE = ("eos_token_ids", "dtype", "raw", "vision_config", "image_to
 
 def load_model_config(model_path: str | Path) -> ModelConfig:
     path = Path(model_path)
-    raw = json.loads((path / "config.json").read_text())
+    raw = read_lerobot_config(path) or json.loads((path / "config.json").read_text())
     hf, text, vision_format = _hf_configs(path, raw)
     # A LeRobot policy names its kind in "type" (e.g. "pi0_fast").
     architecture = (raw.get("architectures") or [raw.get("type") or type(hf).__name__])[0]
@@ -92,23 +97,13 @@ def load_model_config(model_path: str | Path) -> ModelConfig:
             f"{architecture}: decoder model_type {decoder_type!r} is not supported "
             f"(supported: {', '.join(_DECODER_TYPES)})"
         )
-    _check_supported(text)
     is_multimodal = vision_format is not None
-    rope = _rope_parameters(text)
     gemma = decoder_type == "gemma"
     return ModelConfig(
         architecture=architecture,
         decoder_type=decoder_type,
         vocab_size=text.vocab_size,
-        hidden_size=text.hidden_size,
-        intermediate_size=text.intermediate_size,
-        num_layers=text.num_hidden_layers,
-        num_heads=text.num_attention_heads,
-        num_kv_heads=text.num_key_value_heads or text.num_attention_heads,
-        head_dim=getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads,
-        rms_norm_eps=text.rms_norm_eps,
-        rope_theta=float(rope["rope_theta"]),
-        rope_scaling=None if rope["rope_type"] == "default" else rope,
+        **_decoder_dimensions(text),
         max_position_embeddings=text.max_position_embeddings,
         tie_word_embeddings=bool(hf.tie_word_embeddings),
         qkv_bias=decoder_type == "qwen2" or bool(getattr(text, "attention_bias", False)),
@@ -125,6 +120,49 @@ def load_model_config(model_path: str | Path) -> ModelConfig:
         prefix_lm=vision_format == "paligemma",
         raw=raw,
     )
+
+
+def expert_model_config(backbone: ModelConfig, spec: LeRobotPolicySpec) -> ModelConfig:
+    """A pi0 / pi0.5 action expert as a decoder config: its own Gemma dimensions, norm and RoPE
+    settings, the backbone's everything else. Its layer l attends to the backbone's layer-l K/V,
+    so depth, KV heads and head size must be the backbone's (openpi asserts the same)."""
+    text = expert_config(spec)
+    expert = replace(
+        backbone,
+        architecture="gemma_expert",
+        **_decoder_dimensions(text),
+        hidden_act=getattr(text, "hidden_act", "gelu_pytorch_tanh"),
+        embed_scale=1.0,
+        is_multimodal=False,
+        vision_format=None,
+        vision_config=None,
+        prefix_lm=False,
+    )
+    for name in ("num_layers", "num_kv_heads", "head_dim"):
+        if getattr(expert, name) != getattr(backbone, name):
+            raise ValueError(
+                f"the action expert's {name} ({getattr(expert, name)}) must equal the "
+                f"backbone's ({getattr(backbone, name)})"
+            )
+    return expert
+
+
+def _decoder_dimensions(text: Any) -> dict[str, Any]:
+    """The `ModelConfig` fields of a supported transformers decoder config's sizes, norm and
+    RoPE."""
+    _check_supported(text)
+    rope = _rope_parameters(text)
+    return {
+        "hidden_size": text.hidden_size,
+        "intermediate_size": text.intermediate_size,
+        "num_layers": text.num_hidden_layers,
+        "num_heads": text.num_attention_heads,
+        "num_kv_heads": text.num_key_value_heads or text.num_attention_heads,
+        "head_dim": getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads,
+        "rms_norm_eps": text.rms_norm_eps,
+        "rope_theta": float(rope["rope_theta"]),
+        "rope_scaling": None if rope["rope_type"] == "default" else rope,
+    }
 
 
 def _vision_config(hf: Any, raw: dict[str, Any], vision_format: str | None) -> Any:
@@ -147,7 +185,7 @@ def _hf_configs(path: Path, raw: dict[str, Any]) -> tuple[Any, Any, str | None]:
     if raw.get("model_type") in PRISMATIC_MODEL_TYPES:
         text = prismatic_text_config(raw)
         return text, text, "prismatic"
-    if read_lerobot_config(path) is not None:
+    if raw.get("type") in LEROBOT_PI_TYPES:
         hf = paligemma_config(LeRobotPolicySpec.from_config(raw))
         return hf, hf.text_config, "paligemma"
     hf = AutoConfig.from_pretrained(str(path), trust_remote_code=False)

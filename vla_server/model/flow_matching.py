@@ -1,4 +1,9 @@
-"""Flow matching's Euler integration (pi0.md §2): t = 1 is noise, t = 0 the action chunk."""
+"""Flow-matching integration for pi0 / pi0.5, as openpi and transformers' PI0 sample: t = 1 is
+noise, t = 0 data; `num_steps` Euler steps of dt = -1/N from t = 1, x <- x + dt * v(x, t).
+
+The times are Python floats `1.0 + k * dt` (1.0, 0.9, ..., 0.1 for N = 10), computed exactly
+as transformers' `sample_actions` does, so both integrate at bit-identical times.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,13 @@ import torch
 
 
 def flow_times(num_steps: int) -> list[float]:
-    """The times of the N steps: 1.0, 1 - 1/N, ..., 1/N."""
+    """The time of each of the `num_steps` velocity evaluations, from 1.0 down."""
+    if num_steps < 1:
+        raise ValueError(f"num_steps must be >= 1, got {num_steps}")
     dt = -1.0 / num_steps
     return [1.0 + k * dt for k in range(num_steps)]
 
 
 def euler_update(x: torch.Tensor, v: torch.Tensor, num_steps: int) -> torch.Tensor:
+    """One Euler step x + dt * v, dt = -1 / num_steps."""
     return x + (-1.0 / num_steps) * v

@@ -1,8 +1,9 @@
 """A LeRobot policy folder's `config.json` (draccus `PreTrainedConfig`), for the pi family.
 
 LeRobot saves its policies with a `"type"` key instead of a transformers `model_type`:
-`"pi0_fast"` here (issue 17 adds `"pi0"` and `"pi05"`). The keys read, as LeRobot's
-`PI0FastConfig` defines them (missing keys take its defaults):
+`"pi0_fast"`, `"pi0"` or `"pi05"`. The keys read, as LeRobot's `PI0FastConfig`, `PI0Config` and
+`PI05Config` define them (missing keys take that type's defaults: `tokenizer_max_length` 200,
+48 for pi0; `normalization_mapping` QUANTILES for state and action, MEAN_STD for pi0):
 
 * `input_features`: `observation.images.<camera>` entries of type VISUAL (their order is the
   camera order of the prompt; LeRobot's `empty_camera_N` placeholders are always masked, so
@@ -10,11 +11,17 @@ LeRobot saves its policies with a `"type"` key instead of a transformers `model_
 * `output_features.action.shape[0]`: the action dimension a robot receives;
 * `chunk_size`, `n_action_steps`, `max_state_dim`, `max_action_dim`, `tokenizer_max_length`,
   `max_decoding_steps`, `fast_skip_tokens`, `empty_cameras`, `image_resolution`, `dtype`;
-* `paligemma_variant` names the backbone (`model/paligemma_config.py`) unless a `vlm_config`
-  dict (a transformers PaliGemma config) describes it, as the project's tiny checkpoints do;
+  pi0/pi0.5: `num_inference_steps`, `min_period`, `max_period` (the time embedding);
+* `paligemma_variant` names the backbone and `action_expert_variant` the flow policies' action
+  expert (`model/paligemma_config.py`) unless a `vlm_config` / `dit_config` dict (transformers'
+  PaliGemma config / the Gemma config `PI0Config.dit_config`) describes it, as the project's tiny
+  checkpoints do;
 * `text_tokenizer_name`, `action_tokenizer_name`: hub ids or local folders; files inside the
   checkpoint folder (its root, `fast_tokenizer/`) take precedence, as hub ids cannot be
   resolved offline.
+
+An openpi PyTorch conversion (no `"type"`) is read as the same kind of config
+(`model/openpi_config.py`), so every reader of a policy folder goes through `read_lerobot_config`.
 """
 
 from __future__ import annotations
@@ -24,12 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-LEROBOT_PI_TYPES = ("pi0_fast",)
-IMAGE_PREFIX = "observation.images."
-STATE_KEY = "observation.state"
-ACTION_KEY = "action"
+from vla_server.model.flow_keys import FLOW_TYPES
+from vla_server.model.lerobot_features import ACTION_KEY, IMAGE_PREFIX, STATE_KEY
+from vla_server.model.openpi_config import openpi_policy_config
+
+LEROBOT_PI_TYPES = ("pi0_fast", *FLOW_TYPES)
 _DEFAULTS: dict[str, Any] = {
     "paligemma_variant": "gemma_2b",
+    "action_expert_variant": "gemma_300m",
     "dtype": "float32",
     "chunk_size": 50,
     "n_action_steps": 50,
@@ -43,6 +52,26 @@ _DEFAULTS: dict[str, Any] = {
     "text_tokenizer_name": "google/paligemma-3b-pt-224",
     "action_tokenizer_name": "lerobot/fast-action-tokenizer",
     "normalization_mapping": {"VISUAL": "IDENTITY", "STATE": "QUANTILES", "ACTION": "QUANTILES"},
+    "num_inference_steps": 10,
+    "min_period": 4e-3,
+    "max_period": 4.0,
+}
+_FLOW_ARCHITECTURE = (
+    "policy_type",
+    "chunk_size",
+    "max_state_dim",
+    "max_action_dim",
+    "action_expert_variant",
+    "dit_config",
+    "min_period",
+    "max_period",
+)
+# Where a type's defaults differ from the others' (LeRobot's PI0Config).
+_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "pi0": {
+        "tokenizer_max_length": 48,
+        "normalization_mapping": {"VISUAL": "IDENTITY", "STATE": "MEAN_STD", "ACTION": "MEAN_STD"},
+    },
 }
 
 
@@ -68,10 +97,22 @@ class LeRobotPolicySpec:
     vlm_config: dict[str, Any] | None
     dtype: str
     normalization_mapping: dict[str, str]  # feature type -> mode, when a processor names none
+    # pi0 / pi0.5: Euler steps per chunk, the expert's dimensions (a named variant, or
+    # transformers' `PI0Config.dit_config` Gemma dict), the sinusoidal time embedding's periods.
+    num_inference_steps: int = 10
+    action_expert_variant: str = "gemma_300m"
+    dit_config: dict[str, Any] | None = None
+    min_period: float = 4e-3
+    max_period: float = 4.0
+
+    @property
+    def is_flow(self) -> bool:
+        """A flow-matching policy (pi0, pi0.5): an action expert, no action tokens."""
+        return self.policy_type in FLOW_TYPES
 
     @classmethod
     def from_config(cls, raw: dict[str, Any]) -> LeRobotPolicySpec:
-        cfg = {**_DEFAULTS, **raw}
+        cfg = {**_DEFAULTS, **_TYPE_DEFAULTS.get(str(raw.get("type")), {}), **raw}
         features = cfg.get("input_features") or {}
         cameras = tuple(
             key.removeprefix(IMAGE_PREFIX)
@@ -105,6 +146,11 @@ class LeRobotPolicySpec:
             vlm_config=cfg.get("vlm_config"),
             dtype=str(cfg["dtype"]),
             normalization_mapping=dict(cfg["normalization_mapping"]),
+            num_inference_steps=int(cfg["num_inference_steps"]),
+            action_expert_variant=str(cfg["action_expert_variant"]),
+            dit_config=cfg.get("dit_config"),
+            min_period=float(cfg["min_period"]),
+            max_period=float(cfg["max_period"]),
         )
         spec.check()
         return spec
@@ -116,16 +162,29 @@ class LeRobotPolicySpec:
             )
         if self.fast_skip_tokens < 0:
             raise ValueError(f"config.json: fast_skip_tokens {self.fast_skip_tokens} is negative")
+        if self.num_inference_steps < 1:
+            raise ValueError(
+                f"config.json: num_inference_steps {self.num_inference_steps} must be >= 1"
+            )
+        if not 0 < self.min_period < self.max_period:
+            raise ValueError(
+                f"config.json: the time embedding's periods ({self.min_period}, "
+                f"{self.max_period}) must satisfy 0 < min_period < max_period"
+            )
         if self.state_dim > self.max_state_dim:
             raise ValueError(
                 f"config.json: the state has {self.state_dim} dims, max_state_dim is "
                 f"{self.max_state_dim}"
             )
 
-    @property
-    def is_flow(self) -> bool:
-        """pi0 / pi0.5: a flow-matching action expert, not action tokens."""
-        return self.policy_type in ("pi0", "pi05")
+    def flow_differences(self, other: LeRobotPolicySpec) -> list[str]:
+        """Fields in which `other` is a flow policy that computes differently (its weights
+        could not replace this one's)."""
+        return [
+            f"{name}: {getattr(self, name)!r} != {getattr(other, name)!r}"
+            for name in _FLOW_ARCHITECTURE
+            if getattr(self, name) != getattr(other, name)
+        ]
 
     def camera_key(self, name: str) -> str:
         return IMAGE_PREFIX + name
@@ -145,12 +204,15 @@ def _first_dim(feature: Any) -> int:
 
 
 def read_lerobot_config(path: str | Path) -> dict[str, Any] | None:
-    """The folder's `config.json` when it is a LeRobot pi-family policy, else None."""
+    """The folder's `config.json` when it is a LeRobot pi-family policy (for an openpi
+    conversion, the LeRobot config that describes it), else None."""
     config = Path(path) / "config.json"
     if not config.is_file():
         return None
     raw = json.loads(config.read_text())
-    return raw if raw.get("type") in LEROBOT_PI_TYPES else None
+    if raw.get("type") in LEROBOT_PI_TYPES:
+        return raw
+    return openpi_policy_config(Path(path), raw)
 
 
 def lerobot_spec(path: str | Path) -> LeRobotPolicySpec | None:

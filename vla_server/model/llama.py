@@ -23,9 +23,8 @@ from vla_server.model.config import ModelConfig
 from vla_server.model.forward_batch import ForwardBatch
 from vla_server.model.layers import RMSNorm, UnitOffsetRMSNorm, empty_weight
 from vla_server.model.rotary import RotaryEmbedding, apply_rotary
+from vla_server.model.weight_loader import WeightSources
 
-# our parameter name -> [(checkpoint tensor name, shape), ...] concatenated along dim 0
-WeightSources = dict[str, list[tuple[str, tuple[int, ...]]]]
 _ACTIVATIONS = {
     "silu": F.silu,
     "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
@@ -79,12 +78,19 @@ class LlamaAttention(nn.Module):
         batch: ForwardBatch,
         attn: AttentionBackend,
     ) -> torch.Tensor:
+        q, k, v = self.rotated_qkv(x, cos, sin)
+        out = attn.forward(q, k, v, self.layer_id, self.scale, batch)
+        return self.o_proj(out.reshape(-1, self.q_size))
+
+    def rotated_qkv(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q [n, heads, head_dim] and k, v [n, kv_heads, head_dim] of tokens x [n, hidden], q
+        and k rotated by cos/sin [n, head_dim / 2]."""
         q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = apply_rotary(q.view(-1, self.num_heads, self.head_dim), cos, sin)
         k = apply_rotary(k.view(-1, self.num_kv_heads, self.head_dim), cos, sin)
-        v = v.view(-1, self.num_kv_heads, self.head_dim)
-        out = attn.forward(q, k, v, self.layer_id, self.scale, batch)
-        return self.o_proj(out.reshape(-1, self.q_size))
+        return q, k, v.view(-1, self.num_kv_heads, self.head_dim)
 
 
 class LlamaMLP(nn.Module):
@@ -187,8 +193,7 @@ class LlamaForCausalLM(nn.Module):
 
     def weight_sources(self) -> WeightSources:
         c = self.config
-        hid, inter, d = c.hidden_size, c.intermediate_size, c.head_dim
-        q, kv = c.num_heads * d, c.num_kv_heads * d
+        hid = c.hidden_size
         src: WeightSources = {
             "embed_tokens.weight": [("model.embed_tokens.weight", (c.vocab_size, hid))],
             "norm.weight": [("model.norm.weight", (hid,))],
@@ -197,21 +202,29 @@ class LlamaForCausalLM(nn.Module):
             src["lm_head.weight"] = [("lm_head.weight", (c.vocab_size, hid))]
         for i in range(c.num_layers):
             ours, hf = f"layers.{i}.", f"model.layers.{i}."
-            attn = hf + "self_attn."
-            src[ours + "input_layernorm.weight"] = [(hf + "input_layernorm.weight", (hid,))]
-            src[ours + "post_attention_layernorm.weight"] = [
-                (hf + "post_attention_layernorm.weight", (hid,))
-            ]
-            qkv = [(attn + "q_proj", q), (attn + "k_proj", kv), (attn + "v_proj", kv)]
-            src[ours + "self_attn.qkv_proj.weight"] = [(n + ".weight", (o, hid)) for n, o in qkv]
-            if c.qkv_bias:
-                src[ours + "self_attn.qkv_proj.bias"] = [(n + ".bias", (o,)) for n, o in qkv]
-            src[ours + "self_attn.o_proj.weight"] = [(attn + "o_proj.weight", (hid, q))]
-            if c.o_bias:
-                src[ours + "self_attn.o_proj.bias"] = [(attn + "o_proj.bias", (hid,))]
-            src[ours + "mlp.gate_up_proj.weight"] = [
-                (hf + "mlp.gate_proj.weight", (inter, hid)),
-                (hf + "mlp.up_proj.weight", (inter, hid)),
-            ]
-            src[ours + "mlp.down_proj.weight"] = [(hf + "mlp.down_proj.weight", (hid, inter))]
+            src.update(layer_weight_sources(c, ours, hf))
+            for norm in ("input_layernorm", "post_attention_layernorm"):
+                src[f"{ours}{norm}.weight"] = [(f"{hf}{norm}.weight", (hid,))]
         return src
+
+
+def layer_weight_sources(c: ModelConfig, ours: str, hf: str) -> WeightSources:
+    """The attention and MLP weights of one decoder layer (not its norms): our parameters under
+    `ours`, the checkpoint's Llama-named tensors under `hf`."""
+    hid, inter, d = c.hidden_size, c.intermediate_size, c.head_dim
+    q, kv = c.num_heads * d, c.num_kv_heads * d
+    attn = hf + "self_attn."
+    src: WeightSources = {}
+    qkv = [(attn + "q_proj", q), (attn + "k_proj", kv), (attn + "v_proj", kv)]
+    src[ours + "self_attn.qkv_proj.weight"] = [(n + ".weight", (o, hid)) for n, o in qkv]
+    if c.qkv_bias:
+        src[ours + "self_attn.qkv_proj.bias"] = [(n + ".bias", (o,)) for n, o in qkv]
+    src[ours + "self_attn.o_proj.weight"] = [(attn + "o_proj.weight", (hid, q))]
+    if c.o_bias:
+        src[ours + "self_attn.o_proj.bias"] = [(attn + "o_proj.bias", (hid,))]
+    src[ours + "mlp.gate_up_proj.weight"] = [
+        (hf + "mlp.gate_proj.weight", (inter, hid)),
+        (hf + "mlp.up_proj.weight", (inter, hid)),
+    ]
+    src[ours + "mlp.down_proj.weight"] = [(hf + "mlp.down_proj.weight", (hid, inter))]
+    return src

@@ -4,6 +4,10 @@ The scheduler allocates request rows (`req_to_token_pool.alloc()`) and KV slots
 (`kv_pool.allocator.alloc(n)`), turns its batch into a `ForwardBatch` with
 `build_forward_batch`, then calls `forward` and `sample`. Token bookkeeping (which slots belong
 to which request, prefix sharing) stays with the caller.
+
+A pi0 / pi0.5 policy (`flow` is its `FlowModel`) prefills its prefix the same way (the whole
+prompt bidirectional), then calls `denoise` once per Euler step (`flow_matching.py`): an
+action-expert pass over the prefix K/V in the pool that writes nothing to the pool.
 """
 
 from __future__ import annotations
@@ -19,9 +23,18 @@ import psutil
 import torch
 
 from vla_server.mem_cache.kv_pool import ReqToTokenPool, TokenToKVPool
+from vla_server.model.action_expert import SuffixAttention
 from vla_server.model.attention.registry import create_attention_backend
-from vla_server.model.config import ModelConfig, load_model_config, parse_dtype
+from vla_server.model.config import (
+    ModelConfig,
+    expert_model_config,
+    load_model_config,
+    parse_dtype,
+)
+from vla_server.model.flow_model import FlowModel
+from vla_server.model.flow_weights import is_flow_tensor, load_flow_weights, plan_flow_weights
 from vla_server.model.forward_batch import ForwardBatch, ForwardMode
+from vla_server.model.lerobot_config import LeRobotPolicySpec, lerobot_spec
 from vla_server.model.llama import LlamaForCausalLM
 from vla_server.model.paligemma_vision import PaliGemmaVisionEncoder
 from vla_server.model.prismatic_vision import PrismaticVisionEncoder
@@ -49,6 +62,16 @@ class LogitsOutput:
     # Per request: [span_len, V] float32 logits after each token of the requested span of its
     # new tokens (row j predicts the token after new token start + j); None if not requested.
     prompt_logits: list[torch.Tensor | None]
+
+
+@dataclass
+class FlowCounters:
+    """What the runner computed, to show that a flow policy's prefix runs once per request and
+    its expert once per denoising step."""
+
+    vlm_tokens: int = 0  # tokens through the decoder (backbone) stack, by `forward`
+    expert_passes: int = 0  # `denoise` calls
+    expert_rows: int = 0  # requests summed over `denoise` calls
 
 
 @dataclass
@@ -85,7 +108,15 @@ class ModelRunner:
             device=str(self.device),
             max_positions=self.context_len + 1,
         )
-        load_decoder_weights(self.model, self.model_path, progress=progress)
+        # The LeRobot policy config of a pi-family folder (pi0-FAST too), else None.
+        self.policy_spec: LeRobotPolicySpec | None = lerobot_spec(self.model_path)
+        self.flow = self._flow_model()
+        flow_weights = None if self.flow is None else plan_flow_weights(self.flow, model_path)
+        skip = None if self.flow is None else is_flow_tensor
+        load_decoder_weights(self.model, self.model_path, progress=progress, skip=skip)
+        if self.flow is not None and flow_weights is not None:
+            load_flow_weights(self.flow, flow_weights, progress=progress)
+        self.flow_counters = FlowCounters()
         # Before the KV pool is sized, so the pool only takes memory the vision weights leave.
         self.vision: VisionEncoders | None = None
         if self.config.vision_format is not None:
@@ -107,6 +138,21 @@ class ModelRunner:
     @property
     def vocab_size(self) -> int:
         return self.config.vocab_size
+
+    def _flow_model(self) -> FlowModel | None:
+        """The action expert and flow heads of a pi0 / pi0.5 policy (None for other models)."""
+        spec = self.policy_spec
+        if spec is None or not spec.is_flow:
+            return None
+        flow = FlowModel(
+            expert_model_config(self.config, spec),
+            spec,
+            dtype=self.dtype,
+            device=str(self.device),
+            # Suffix positions run past the prefix by up to the state token and the chunk.
+            max_positions=self.context_len + spec.chunk_size + 1,
+        )
+        return flow.eval()
 
     def _resolve_dtype(self, dtype: str | torch.dtype | None) -> torch.dtype:
         if dtype is not None:
@@ -216,6 +262,7 @@ class ModelRunner:
         `(start, end)` (offsets into that request's new tokens) the logits after each of them."""
         self.attn_backend.init_forward_metadata(batch)
         hidden = self.model(batch, self.attn_backend)
+        self.flow_counters.vlm_tokens += batch.num_tokens
         spans = list(prompt_logprob_spans or [None] * batch.batch_size)
         rows = [batch.last_token_index]
         starts = [0, *accumulate(batch.extend_lens_cpu)]
@@ -249,6 +296,45 @@ class ModelRunner:
             logprobs = compute_logprobs(logits, next_ids, top_logprobs_nums)
         return SampleOutput(next_ids, logprobs)
 
+    @torch.inference_mode()
+    def denoise(
+        self,
+        rows: Sequence[int],
+        prefix_lens: Sequence[int],
+        x_t: torch.Tensor,
+        time: torch.Tensor,
+        state: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The velocity [B, chunk_size, max_action_dim] (float32) of a flow policy at the noisy
+        actions `x_t` (same shape, float32) and times `time` [B] (float32), for requests whose
+        prefixes (`prefix_lens[i]` tokens) are in the pool in `req_to_token` rows `rows`. One
+        expert pass for the whole batch; the pool is read, never written. `state` [B,
+        max_state_dim]: pi0's normalised, zero-padded state (None: zeros; pi0.5 ignores it)."""
+        if self.flow is None:
+            raise ValueError(f"{self.model_path} is not a flow-matching (pi0 / pi0.5) policy")
+        if len(rows) != len(prefix_lens) or not rows:
+            raise ValueError("denoise needs one prefix length per row, and at least one row")
+        if min(prefix_lens) < 1 or max(prefix_lens) > self.context_len:
+            raise ValueError(f"prefix lengths must be in [1, {self.context_len}]")
+        attention = SuffixAttention.build(
+            self.req_to_token_pool,
+            self.kv_pool,
+            rows,
+            prefix_lens,
+            self.flow.suffix_len,
+            self.flow.has_state_token,
+        )
+        dev = self.device
+        velocity = self.flow(
+            x_t.to(dev, torch.float32),
+            time.to(dev, torch.float32),
+            None if state is None or self.flow.kind != "pi0" else state.to(dev, torch.float32),
+            attention,
+        )
+        self.flow_counters.expert_passes += 1
+        self.flow_counters.expert_rows += len(rows)
+        return velocity
+
     def encode_images(
         self, pixel_values: Sequence[torch.Tensor | np.ndarray]
     ) -> list[torch.Tensor]:
@@ -269,13 +355,26 @@ class ModelRunner:
             raise WeightLoadError(
                 f"{model_path} has a different architecture: " + "; ".join(differences)
             )
-        # Checked in full before the decoder changes, so a bad vision half changes nothing.
+        new_spec = lerobot_spec(model_path)
+        if self.flow is not None and new_spec is not None:
+            differences = self.flow.spec.flow_differences(new_spec)
+            if differences:
+                raise WeightLoadError(
+                    f"{model_path} has a different flow policy: " + "; ".join(differences)
+                )
+        # Checked in full before the decoder changes, so a bad vision or flow half changes
+        # nothing.
         vision_weights = None if self.vision is None else self.vision.read_weights(model_path)
-        load_decoder_weights(self.model, model_path, progress=self.progress)
+        flow_weights = None if self.flow is None else plan_flow_weights(self.flow, model_path)
+        skip = None if self.flow is None else is_flow_tensor
+        load_decoder_weights(self.model, model_path, progress=self.progress, skip=skip)
         if self.vision is not None and vision_weights is not None:
             self.vision.load_weights(vision_weights)
+        if self.flow is not None and flow_weights is not None:
+            load_flow_weights(self.flow, flow_weights, progress=self.progress)
         self.model_path = Path(model_path)
         self.config = new_config
+        self.policy_spec = new_spec
 
 
 def _shifted(

@@ -7,6 +7,10 @@ GeGLU (tanh GELU), one KV head (MQA), head_dim 256, vocabulary 257152 (the image
 16 heads, MLP 4304) without the pooling head; a linear projector to the text width. A
 `vlm_config` dict in `config.json` (transformers' own PaliGemma config) wins over the variant:
 that is how tiny test checkpoints describe themselves.
+
+The action expert of pi0 / pi0.5 (`expert_config`) is one of the same Gemma variants
+(`action_expert_variant`, "gemma_300m" in the released policies, openpi's "dummy" in its tests),
+or the `dit_config` Gemma dict of transformers' `PI0Config`.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ PALIGEMMA_VOCAB = 257152
 GEMMA_VARIANTS: dict[str, tuple[int, int, int, int, int, int]] = {
     "gemma_2b": (2048, 18, 16384, 8, 1, 256),
     "gemma_300m": (1024, 18, 4096, 8, 1, 256),
+    "dummy": (64, 4, 128, 8, 1, 16),
 }
 SIGLIP_SO400M: dict[str, Any] = {
     "hidden_size": 1152,
@@ -36,7 +41,7 @@ def gemma_text_config(variant: str, vocab_size: int = PALIGEMMA_VOCAB) -> dict[s
     """A transformers GemmaConfig dict for one of openpi's Gemma variants."""
     if variant not in GEMMA_VARIANTS:
         raise ValueError(
-            f"paligemma_variant {variant!r} is not known (known: {', '.join(GEMMA_VARIANTS)})"
+            f"Gemma variant {variant!r} is not known (known: {', '.join(GEMMA_VARIANTS)})"
         )
     width, depth, mlp, heads, kv_heads, head_dim = GEMMA_VARIANTS[variant]
     return {
@@ -70,3 +75,13 @@ def paligemma_config(spec: LeRobotPolicySpec) -> Any:
         projection_dim=text["hidden_size"],
         hidden_size=text["hidden_size"],
     )
+
+
+def expert_config(spec: LeRobotPolicySpec) -> Any:
+    """The transformers `GemmaConfig` of a flow policy's action expert (its embedding is unused:
+    the expert reads the suffix embeddings of the flow heads)."""
+    from transformers import GemmaConfig
+
+    if spec.dit_config is not None:
+        return GemmaConfig.from_dict({**spec.dit_config, "model_type": "gemma"})
+    return GemmaConfig.from_dict(gemma_text_config(spec.action_expert_variant))

@@ -28,10 +28,11 @@ def load_tokenizer(path: str | Path) -> Any:
     config = folder / "config.json"
     if config.is_file():
         raw = json.loads(config.read_text())
+        policy = read_lerobot_config(folder)
         if raw.get("model_type") in PRISMATIC_MODEL_TYPES:
             extra["config"] = prismatic_text_config(raw)
-        elif read_lerobot_config(folder) is not None:
-            spec = LeRobotPolicySpec.from_config(raw)
+        elif policy is not None:
+            spec = LeRobotPolicySpec.from_config(policy)
             extra["config"] = paligemma_config(spec)
             folder = tokenizer_folder(folder, spec.text_tokenizer_name)
     return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False, **extra)

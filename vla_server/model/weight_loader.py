@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
@@ -51,6 +51,10 @@ _MAX_LISTED = 8
 
 # checkpoint tensor name -> [(parameter name, first row, shape)]
 LoadPlan = dict[str, list[tuple[str, int, tuple[int, ...]]]]
+# our parameter name -> [(canonical checkpoint name, shape), ...] concatenated along dim 0
+WeightSources = dict[str, list[tuple[str, tuple[int, ...]]]]
+# canonical name -> (checkpoint name, shape)
+FoundShapes = dict[str, tuple[str, tuple[int, ...]]]
 
 
 class WeightLoadError(ValueError):
@@ -96,11 +100,25 @@ def decoder_name(name: str) -> str | None:
 
 
 def load_decoder_weights(
-    model: nn.Module, model_path: str | Path, *, progress: bool = True
+    model: nn.Module,
+    model_path: str | Path,
+    *,
+    progress: bool = True,
+    skip: Callable[[str], bool] | None = None,
 ) -> None:
-    """Validate the checkpoint against `model.weight_sources()`, then copy it in."""
+    """Validate the checkpoint against `model.weight_sources()`, then copy it in. Tensors for
+    which `skip(name)` holds belong to another loader (a pi0 policy's action expert)."""
     files = tensor_files(model_path)
-    plan = _load_plan(model.weight_sources(), _decoder_shapes(files))
+    if skip is not None:
+        files = {name: file for name, file in files.items() if not skip(name)}
+    plan = _load_plan(model.weight_sources(), header_shapes(files, decoder_name))
+    copy_planned(model, plan, files, progress=progress)
+
+
+def copy_planned(
+    model: nn.Module, plan: LoadPlan, files: dict[str, Path], *, progress: bool = True
+) -> None:
+    """Copy each planned checkpoint tensor into its parameter rows, streaming file by file."""
     params = dict(model.named_parameters())
     by_file: dict[Path, list[str]] = defaultdict(list)
     for name in plan:
@@ -176,8 +194,11 @@ def check_module_tensors(module: nn.Module, tensors: dict[str, torch.Tensor], wh
     check_names_and_shapes(expected, found, what)
 
 
-def _decoder_shapes(files: dict[str, Path]) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """Plain-Llama name -> (checkpoint name, shape), read from the file headers only."""
+def header_shapes(
+    files: dict[str, Path], rename: Callable[[str], str | None]
+) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """`rename(name)` -> (checkpoint name, shape) of every tensor `rename` keeps (not None),
+    read from the file headers only."""
     by_file: dict[Path, list[str]] = defaultdict(list)
     for name, file in files.items():
         by_file[file].append(name)
@@ -185,32 +206,39 @@ def _decoder_shapes(files: dict[str, Path]) -> dict[str, tuple[str, tuple[int, .
     for file, names in by_file.items():
         with safe_open(str(file), framework="pt") as f:
             for name in names:
-                canonical = decoder_name(name)
+                canonical = rename(name)
                 if canonical is not None:
                     shapes[canonical] = (name, tuple(f.get_slice(name).get_shape()))
     return shapes
 
 
-def _load_plan(
-    sources: dict[str, list[tuple[str, tuple[int, ...]]]],
-    found: dict[str, tuple[str, tuple[int, ...]]],
-) -> LoadPlan:
+def _load_plan(sources: WeightSources, found: FoundShapes) -> LoadPlan:
     embed, head = "model.embed_tokens.weight", "lm_head.weight"
     if head not in found and embed in found:
         found = {**found, head: found[embed]}  # tied
+    needed = {canonical for parts in sources.values() for canonical, _shape in parts}
+    if embed not in found and head in found and head not in needed:
+        # Tied, saved once under the head's name (PaliGemma in LeRobot policies): LeRobot copies
+        # lm_head into embed_tokens on load.
+        found = {**found, embed: found[head]}
+    # A tied model ignores a saved lm_head, as the reference implementation does.
+    return plan_weights(sources, found, ignored=(head,))
+
+
+def plan_weights(
+    sources: WeightSources, found: FoundShapes, ignored: Iterable[str] = ()
+) -> LoadPlan:
+    """Which checkpoint tensor fills which parameter rows, for a module whose parameters are
+    `sources` (parameter -> [(canonical name, shape)], concatenated along dim 0) and a
+    checkpoint of `found` tensors (canonical name -> (checkpoint name, shape)). A
+    WeightLoadError names every missing, unexpected (other than `ignored`) or misshapen one."""
     needed: dict[str, list[tuple[str, int, tuple[int, ...]]]] = defaultdict(list)
     for param, parts in sources.items():
         row = 0
         for canonical, shape in parts:
             needed[canonical].append((param, row, shape))
             row += shape[0]
-    if embed not in found and head in found and head not in needed:
-        # Tied, saved once under the head's name (PaliGemma in LeRobot policies): LeRobot copies
-        # lm_head into embed_tokens on load.
-        found = {**found, embed: found[head]}
-    missing = [c for c in needed if c not in found]
-    # A tied model ignores a saved lm_head, as the reference implementation does.
-    unexpected = [found[c][0] for c in found if c not in needed and c != "lm_head.weight"]
+    ignored = set(ignored)
     misshapen = [
         f"{found[c][0]}: checkpoint {list(found[c][1])}, model {list(targets[0][2])}"
         for c, targets in needed.items()
@@ -218,8 +246,8 @@ def _load_plan(
     ]
     _raise_if_any(
         "checkpoint does not match the model",
-        missing=missing,
-        unexpected=unexpected,
+        missing=[c for c in needed if c not in found],
+        unexpected=[found[c][0] for c in found if c not in needed and c not in ignored],
         misshapen=misshapen,
     )
     plan: LoadPlan = defaultdict(list)

@@ -30,7 +30,7 @@ from vla_server.multimodal.lerobot_normalizer import (
     PREPROCESSOR,
     feature_normalizer,
 )
-from vla_server.multimodal.openpi_norm_stats import has_norm_stats
+from vla_server.multimodal.openpi_norm_stats import ASSETS, NORM_STATS
 from vla_server.multimodal.openpi_normalizer import openpi_normalizers
 
 
@@ -111,6 +111,6 @@ def _normalizers(folder: Path, spec: LeRobotPolicySpec) -> tuple[Normalizer, Nor
         action = feature_normalizer(folder, POSTPROCESSOR, "unnormalizer_processor", ACTION_KEY,
                                     "ACTION", modes)  # fmt: skip
         return state, action
-    if has_norm_stats(folder):
+    if any((folder / ASSETS).glob(f"*/{NORM_STATS}")):
         return openpi_normalizers(folder, modes.get("STATE", "IDENTITY"))
     return IDENTITY, IDENTITY
