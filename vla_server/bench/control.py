@@ -11,7 +11,9 @@ baseline, in the same run) and reads off the ratios the control loop depends on:
 * session:   a session turn's TTFT over a prompt made of its new tokens alone;
 * priority:  a high-priority robot's TTFT / ITL P99 with 8 low-priority robots over alone;
 * bridge:    frame-to-first-action through the ROS 2 bridge over direct HTTP;
-* peer:      8 robots' throughput and one robot's latency against `transformers serve`.
+* peer:      8 robots' throughput and one robot's latency against `transformers serve`;
+* flow:      pi0's time to the action chunk, prefix vs denoising share, 1/4/8 robots'
+             throughput and expert-pass width (`bench flow`).
 
 Writes `control.json` (every section's full result and the verdict rows) and `control.png`
 (each ratio against its target) under `--out`.
@@ -186,6 +188,21 @@ def peer(args: argparse.Namespace) -> tuple[list[Row], Any]:
     ], {"rounds": rounds}  # fmt: skip
 
 
+def flow(args: argparse.Namespace) -> tuple[list[Row], Any]:
+    """pi0 on its tiny checkpoint: the denoising passes of several robots batch, and that
+    batching shows as throughput (the time to the chunk and its phase shares are reported)."""
+    argv = ("--chunks", "4" if args.quick else "20", "--reps", "5" if args.quick else "20")
+    argv += ("--robots", "1", "4", str(args.robots))
+    bench, ns = sub_args("vla_server.bench.flow", args.out / "flow", *argv)
+    result = bench.run(ns)
+    most = result["rows"][-1]
+    return [
+        verdict("flow", f"{most['robots']}-robot expert pass width (rows per pass)",
+                most["rows_per_pass"], ">=", 2.0),
+        verdict("flow", f"{most['robots']}-robot chunks/s / 1 robot", most["vs_first"], ">=", 1.5),
+    ], result  # fmt: skip
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace], tuple[list[Row], Any]]] = {
     "frontend": frontend_and_repeated,  # also the repeated-frame ratio
     "tokens": tokens,
@@ -193,6 +210,7 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], tuple[list[Row], Any]]] = {
     "priority": priority,
     "bridge": bridge,
     "peer": peer,
+    "flow": flow,
 }
 
 
