@@ -37,7 +37,20 @@ END_TOKENS = ("|", "▁|")
 STATE_BINS = np.linspace(-1.0, 1.0, 256 + 1)[:-1]
 
 
-class FastActionTokenizer:
+class OneStatisticsSet:
+    """A LeRobot or openpi policy folder holds one set of statistics, the checkpoint's: there is
+    no `unnorm_key` to choose."""
+
+    def unnorm_keys(self) -> list[str]:
+        return []
+
+    def resolve_unnorm_key(self, unnorm_key: str | None) -> str | None:
+        if unnorm_key is not None:
+            raise ValueError("a pi-family checkpoint has one set of statistics: give no unnorm_key")
+        return None
+
+
+class FastActionTokenizer(OneStatisticsSet):
     """The action side of a pi0-FAST checkpoint (the OpenVLA counterpart: `ActionTokenizer`)."""
 
     kind = "fast"
@@ -91,14 +104,6 @@ class FastActionTokenizer:
     def fast_ids(self) -> range:
         """The PaliGemma ids of the FAST tokens."""
         return range(self.fast_id(self.codec.settings.vocab_size - 1), self.fast_id(0) + 1)
-
-    def unnorm_keys(self) -> list[str]:
-        return []  # one set of statistics, the checkpoint's
-
-    def resolve_unnorm_key(self, unnorm_key: str | None) -> str | None:
-        if unnorm_key is not None:
-            raise ValueError("a pi0-FAST checkpoint has one set of statistics: give no unnorm_key")
-        return None
 
     def allowed_mask(self, model_vocab_size: int) -> torch.Tensor:
         """bool [model_vocab_size]: the FAST ids, the end tokens and EOS (constrained sampling)."""

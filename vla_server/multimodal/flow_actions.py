@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from vla_server.model.lerobot_config import ACTION_KEY, STATE_KEY, LeRobotPolicySpec, lerobot_spec
-from vla_server.multimodal.fast_actions import discretize_state
+from vla_server.multimodal.fast_actions import OneStatisticsSet, discretize_state
 from vla_server.multimodal.lerobot_normalizer import (
     IDENTITY,
     POSTPROCESSOR,
@@ -46,7 +46,7 @@ def initial_noise(seed: int | None, chunk_size: int, max_action_dim: int) -> tor
     return torch.randn((1, chunk_size, max_action_dim), generator=generator, dtype=torch.float32)
 
 
-class FlowActionPolicy:
+class FlowActionPolicy(OneStatisticsSet):
     kind = "flow"
 
     def __init__(self, spec: LeRobotPolicySpec, state_norm: Normalizer, action_norm: Normalizer):
@@ -81,14 +81,6 @@ class FlowActionPolicy:
     def unnormalize(self, chunk: np.ndarray) -> np.ndarray:
         """float32 [chunk_size, max_action_dim] model output -> [chunk_size, action_dim]."""
         return self.action_norm.unnormalize(chunk[:, : self.action_dim]).astype(np.float32)
-
-    def unnorm_keys(self) -> list[str]:
-        return []  # one set of statistics, the checkpoint's
-
-    def resolve_unnorm_key(self, unnorm_key: str | None) -> str | None:
-        if unnorm_key is not None:
-            raise ValueError("a pi0 / pi0.5 checkpoint has one set of statistics: give none")
-        return None
 
     def describe(self) -> dict[str, Any]:
         return {
