@@ -106,6 +106,10 @@ def pi0fast_layout(cameras: int, state_dim: int) -> Layout:
 
 def layout_of(model_path: Path) -> Layout:
     policy = lerobot_spec(model_path)
+    if policy is not None and policy.is_flow:
+        raise SystemExit(
+            f"{model_path} is a pi0 / pi0.5 policy: use `python -m vla_server.bench flow`"
+        )
     if policy is not None:
         return pi0fast_layout(len(policy.cameras), policy.state_dim)
     model_type = json.loads((model_path / "config.json").read_text()).get("model_type")
