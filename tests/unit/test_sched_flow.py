@@ -135,3 +135,19 @@ def test_a_robot_that_cannot_finish_denoising_in_time_ends_at_its_deadline():
     assert h.out["late"].finish_type == "deadline" and h.out["late"].action_chunk is None
     assert 0 < len(_times(h, PROMPTS["r1"])) < SPEC.num_steps  # ended early, not at its end
     h.assert_clean()
+
+
+def test_a_robots_newer_frame_supersedes_its_waiting_one():
+    """The node is busy (one slot, held by another robot's denoising); a robot's second frame
+    ends its first, still waiting, and only the newest frame's chunk is denoised."""
+    h = Harness(prefix_lm=True, flow=SPEC, max_running_requests=1)
+    _submit(h, "r0", seed=1)
+    h.step()
+    _submit(h, "r1", seed=2, session_id="arm", supersede=True)
+    _submit(h, "r2", seed=3, session_id="arm", supersede=True)
+    assert h.out["r1"].finish_type == "superseded" and h.out["r1"].action_chunk is None
+    h.run()
+    c = prompt_velocity(prompt_hash(PROMPTS["r2"]))
+    np.testing.assert_allclose(h.out["r2"].action_chunk, _noise(3) - c, atol=1e-6)
+    assert _times(h, PROMPTS["r1"]) == []
+    h.assert_clean()
