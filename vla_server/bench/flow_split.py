@@ -40,8 +40,9 @@ def chunk_phases(path: str | Path, reps: int, warmup: int = 2) -> dict[str, Any]
                 phases[name].append(t)
     out = {name: summary_ms(v) for name, v in phases.items()}
     total = sum(s["p50"] for s in out.values())
+    assert runner.vision is not None
     return {
-        "prompt_tokens": runner.vision.num_image_tokens * len(pixels) + len(text),  # type: ignore[union-attr]
+        "prompt_tokens": runner.vision.num_image_tokens * len(pixels) + len(text),
         "num_inference_steps": spec.num_inference_steps,
         "phases_ms": out,
         "share_p50": {name: s["p50"] / total for name, s in out.items()},
