@@ -22,15 +22,10 @@ import numpy as np
 import torch
 
 from vla_server.model.config import load_model_config
-from vla_server.model.lerobot_config import ACTION_KEY, STATE_KEY, LeRobotPolicySpec
+from vla_server.model.lerobot_config import LeRobotPolicySpec
 from vla_server.model.tokenizer import tokenizer_folder
 from vla_server.multimodal.fast_codec import FastCodec, FastDecodeError, to_fast_tokens
-from vla_server.multimodal.lerobot_normalizer import (
-    POSTPROCESSOR,
-    PREPROCESSOR,
-    FeatureNormalizer,
-    feature_normalizer,
-)
+from vla_server.multimodal.lerobot_normalizer import FeatureNormalizer, policy_normalizers
 
 FAST_SUBFOLDER = "fast_tokenizer"
 END_TOKENS = ("|", "▁|")
@@ -90,13 +85,9 @@ class FastActionTokenizer(OneStatisticsSet):
         spec = LeRobotPolicySpec.from_config(config.raw)
         fast = tokenizer_folder(folder, spec.action_tokenizer_name, FAST_SUBFOLDER)
         codec = FastCodec.from_folder(fast, spec.chunk_size, spec.action_dim)
-        modes = spec.normalization_mapping
-        state = feature_normalizer(folder, PREPROCESSOR, "normalizer_processor", STATE_KEY,
-                                   "STATE", modes)  # fmt: skip
-        action = feature_normalizer(folder, POSTPROCESSOR, "unnormalizer_processor", ACTION_KEY,
-                                    "ACTION", modes)  # fmt: skip
+        normalizers = policy_normalizers(folder, spec.normalization_mapping)
         ends = _end_ids(tokenizer)
-        return cls(codec, spec, config.vocab_size, ends, config.eos_token_ids, (state, action))
+        return cls(codec, spec, config.vocab_size, ends, config.eos_token_ids, normalizers)
 
     def fast_id(self, token: int) -> int:
         return int(to_fast_tokens(token, self.vocab_size, self.spec.fast_skip_tokens))

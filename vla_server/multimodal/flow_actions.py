@@ -10,34 +10,24 @@ model (the OpenVLA counterpart: `ActionTokenizer`; pi0-FAST's: `FastActionTokeni
   dtype=torch.float32)` (`initial_noise`), so any client can reproduce a chunk.
 * Chunk: the denoised `[chunk_size, max_action_dim]`, its first `action_dim` dims unnormalised.
 
-Statistics: LeRobot's processor files when the folder has them, else openpi's
-`assets/<id>/norm_stats.json`, else none (values pass through, as LeRobot does).
+Statistics: openpi's `assets/<id>/norm_stats.json` for a folder openpi's conversion wrote, else
+LeRobot's processor files (none: values pass through, as LeRobot does).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
 
-from vla_server.model.lerobot_config import ACTION_KEY, STATE_KEY, LeRobotPolicySpec, lerobot_spec
+from vla_server.model.lerobot_config import LeRobotPolicySpec, lerobot_spec
+from vla_server.model.openpi_config import is_openpi_config
 from vla_server.multimodal.fast_actions import OneStatisticsSet, discretize_state
-from vla_server.multimodal.lerobot_normalizer import (
-    IDENTITY,
-    POSTPROCESSOR,
-    PREPROCESSOR,
-    feature_normalizer,
-)
-from vla_server.multimodal.openpi_norm_stats import ASSETS, NORM_STATS
-from vla_server.multimodal.openpi_normalizer import openpi_normalizers
-
-
-class Normalizer(Protocol):
-    def normalize(self, x: np.ndarray) -> np.ndarray: ...
-
-    def unnormalize(self, x: np.ndarray) -> np.ndarray: ...
+from vla_server.multimodal.lerobot_normalizer import FeatureNormalizer, policy_normalizers
+from vla_server.multimodal.openpi_norm_stats import openpi_normalizers
 
 
 def initial_noise(seed: int | None, chunk_size: int, max_action_dim: int) -> torch.Tensor:
@@ -49,7 +39,9 @@ def initial_noise(seed: int | None, chunk_size: int, max_action_dim: int) -> tor
 class FlowActionPolicy(OneStatisticsSet):
     kind = "flow"
 
-    def __init__(self, spec: LeRobotPolicySpec, state_norm: Normalizer, action_norm: Normalizer):
+    def __init__(
+        self, spec: LeRobotPolicySpec, state_norm: FeatureNormalizer, action_norm: FeatureNormalizer
+    ):
         self.spec = spec
         self.state_norm, self.action_norm = state_norm, action_norm
         self.action_dim = spec.action_dim
@@ -95,14 +87,10 @@ class FlowActionPolicy(OneStatisticsSet):
         }
 
 
-def _normalizers(folder: Path, spec: LeRobotPolicySpec) -> tuple[Normalizer, Normalizer]:
-    modes = spec.normalization_mapping
-    if (folder / PREPROCESSOR).is_file() or (folder / POSTPROCESSOR).is_file():
-        state = feature_normalizer(folder, PREPROCESSOR, "normalizer_processor", STATE_KEY,
-                                   "STATE", modes)  # fmt: skip
-        action = feature_normalizer(folder, POSTPROCESSOR, "unnormalizer_processor", ACTION_KEY,
-                                    "ACTION", modes)  # fmt: skip
-        return state, action
-    if any((folder / ASSETS).glob(f"*/{NORM_STATS}")):
-        return openpi_normalizers(folder, modes.get("STATE", "IDENTITY"))
-    return IDENTITY, IDENTITY
+def _normalizers(
+    folder: Path, spec: LeRobotPolicySpec
+) -> tuple[FeatureNormalizer, FeatureNormalizer]:
+    raw = json.loads((folder / "config.json").read_text())
+    if is_openpi_config(raw):
+        return openpi_normalizers(folder, spec.normalization_mapping["STATE"])
+    return policy_normalizers(folder, spec.normalization_mapping)

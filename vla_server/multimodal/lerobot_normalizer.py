@@ -13,6 +13,10 @@ map feature types to modes (`config.norm_map`, e.g. `{"STATE": "QUANTILES"}`; th
   `2 (x - lo) / d - 1`, inverse `(x + 1) d / 2 + lo`, with `d = hi - lo`, or `eps` where that
   is 0;
 * IDENTITY, or a feature without statistics: unchanged.
+
+openpi's own statistics (`openpi_norm_stats.py`) use the same arithmetic with its epsilon 1e-6
+added to every denominator, in both directions (`eps_always`): `x * (std + eps) + mean`,
+`d = hi - lo + eps` (openpi `transforms.py`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from vla_server.model.lerobot_features import ACTION_KEY, STATE_KEY
 
 PREPROCESSOR = "policy_preprocessor.json"
 POSTPROCESSOR = "policy_postprocessor.json"
@@ -37,6 +43,7 @@ class FeatureNormalizer:
     mode: str
     stats: dict[str, np.ndarray]
     eps: float = 1e-8
+    eps_always: bool = False  # openpi: eps in every denominator, not only where it is 0
 
     def normalize(self, x: np.ndarray) -> np.ndarray:
         x = np.asarray(x, dtype=np.float32)
@@ -52,7 +59,8 @@ class FeatureNormalizer:
         if self.mode == "IDENTITY":
             return x
         if self.mode == "MEAN_STD":
-            return x * self.stats["std"] + self.stats["mean"]
+            std = self.stats["std"] + np.float32(self.eps) if self.eps_always else self.stats["std"]
+            return x * std + self.stats["mean"]
         lo, denom = self._range()
         return (x + np.float32(1.0)) * denom / np.float32(2.0) + lo
 
@@ -60,6 +68,8 @@ class FeatureNormalizer:
         lo_name, hi_name = _BOUNDS[self.mode]
         lo, hi = self.stats[lo_name], self.stats[hi_name]
         denom = hi - lo
+        if self.eps_always:
+            return lo, (denom + np.float32(self.eps)).astype(np.float32)
         return lo, np.where(denom == 0, np.float32(self.eps), denom).astype(np.float32)
 
 
@@ -83,11 +93,26 @@ def feature_normalizer(
     stats = _stats(folder, step.get("state_file"), feature)
     if mode == "IDENTITY" or not stats:
         return IDENTITY
-    needed = ("mean", "std") if mode == "MEAN_STD" else _BOUNDS[mode]
-    missing = [name for name in needed if name not in stats]
+    missing = [name for name in needed_stats(mode) if name not in stats]
     if missing:
         raise ValueError(f"{pipeline}: {mode} for {feature} needs {feature}.{missing[0]}")
     return FeatureNormalizer(mode, stats, float(config.get("eps", 1e-8)))
+
+
+def needed_stats(mode: str) -> tuple[str, ...]:
+    """The statistics a (non-identity) mode reads."""
+    return ("mean", "std") if mode == "MEAN_STD" else _BOUNDS[mode]
+
+
+def policy_normalizers(
+    folder: Path, default_modes: dict[str, str]
+) -> tuple[FeatureNormalizer, FeatureNormalizer]:
+    """A LeRobot policy folder's (state normaliser, action unnormaliser)."""
+    state = feature_normalizer(folder, PREPROCESSOR, "normalizer_processor", STATE_KEY, "STATE",
+                               default_modes)  # fmt: skip
+    action = feature_normalizer(folder, POSTPROCESSOR, "unnormalizer_processor", ACTION_KEY,
+                                "ACTION", default_modes)  # fmt: skip
+    return state, action
 
 
 def _step(path: Path, step_name: str) -> dict[str, Any] | None:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vla_server.multimodal.lerobot_normalizer import FeatureNormalizer, needed_stats
+
 ASSETS = "assets"
 NORM_STATS = "norm_stats.json"
 
@@ -55,3 +57,25 @@ def read_norm_stats(folder: str | Path) -> dict[str, dict[str, np.ndarray]]:
         }
         for feature, stats in features.items()
     }
+
+
+OPENPI_EPS = 1e-6
+OPENPI_MODES = ("MEAN_STD", "QUANTILES")
+
+
+def openpi_normalizers(
+    folder: str | Path, mode: str
+) -> tuple[FeatureNormalizer, FeatureNormalizer]:
+    """(state, actions) normalisers in `mode` from the folder's statistics, with openpi's
+    arithmetic (its epsilon in every denominator, `FeatureNormalizer.eps_always`)."""
+    if mode not in OPENPI_MODES:
+        raise ValueError(f"openpi normalises with {' or '.join(OPENPI_MODES)}, not {mode!r}")
+    stats = read_norm_stats(folder)
+    out = []
+    for feature in ("state", "actions"):
+        values = stats.get(feature, {})
+        missing = [name for name in needed_stats(mode) if name not in values]
+        if missing:
+            raise ValueError(f"{NORM_STATS}: {mode} for {feature!r} needs {missing[0]!r}")
+        out.append(FeatureNormalizer(mode, values, OPENPI_EPS, eps_always=True))
+    return out[0], out[1]
