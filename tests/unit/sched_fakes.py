@@ -154,7 +154,9 @@ class FakeModel:
         targets = torch.tensor([h % VOCAB for h in hashes])
         return -((self._offsets[None, :] - targets[:, None]) % VOCAB).float()
 
-    def forward(self, hashes: list[list[int]], spans: list[tuple[int, int] | None]) -> Any:
+    def forward(
+        self, hashes: list[list[int]], spans: list[tuple[int, int] | None], **_: Any
+    ) -> Any:
         prompt = [
             None if span is None else self._logits(hs[span[0] : span[1]])
             for hs, span in zip(hashes, spans, strict=True)

@@ -69,7 +69,7 @@ def _one_chunk(
         [row], [0], [ids], slots, input_embeds=features, input_embeds_mask=mask,
         prefix_lm_lens=[len(ids)],
     )  # fmt: skip
-    runner.forward(batch)
+    runner.forward(batch, next_token_logits=False)  # as served: nothing samples
     t2 = time.perf_counter()
     spec = runner.policy_spec
     assert spec is not None

@@ -58,7 +58,8 @@ DEFAULT_MEM_FRACTION = {"cpu": 0.25, "cuda": 0.85}
 
 @dataclass
 class LogitsOutput:
-    next_token_logits: torch.Tensor  # [B, V] float32, after each request's last new token
+    # [B, V] float32, after each request's last new token ([0, V] when none were asked for)
+    next_token_logits: torch.Tensor
     # Per request: [span_len, V] float32 logits after each token of the requested span of its
     # new tokens (row j predicts the token after new token start + j); None if not requested.
     prompt_logits: list[torch.Tensor | None]
@@ -111,11 +112,7 @@ class ModelRunner:
         # The LeRobot policy config of a pi-family folder (pi0-FAST too), else None.
         self.policy_spec: LeRobotPolicySpec | None = lerobot_spec(self.model_path)
         self.flow = self._flow_model()
-        flow_weights = None if self.flow is None else plan_flow_weights(self.flow, model_path)
-        skip = None if self.flow is None else is_flow_tensor
-        load_decoder_weights(self.model, self.model_path, progress=progress, skip=skip)
-        if self.flow is not None and flow_weights is not None:
-            load_flow_weights(self.flow, flow_weights, progress=progress)
+        self._load_decoder_and_flow(self.model_path)
         self.flow_counters = FlowCounters()
         # Before the KV pool is sized, so the pool only takes memory the vision weights leave.
         self.vision: VisionEncoders | None = None
@@ -153,6 +150,16 @@ class ModelRunner:
             max_positions=self.context_len + spec.chunk_size + 1,
         )
         return flow.eval()
+
+    def _load_decoder_and_flow(self, model_path: str | Path) -> None:
+        """The backbone's weights and a flow policy's expert and heads; both halves are checked
+        against the files' headers before anything is copied."""
+        if self.flow is None:
+            load_decoder_weights(self.model, model_path, progress=self.progress)
+            return
+        flow_weights = plan_flow_weights(self.flow, model_path)
+        load_decoder_weights(self.model, model_path, progress=self.progress, skip=is_flow_tensor)
+        load_flow_weights(self.flow, flow_weights, progress=self.progress)
 
     def _resolve_dtype(self, dtype: str | torch.dtype | None) -> torch.dtype:
         if dtype is not None:
@@ -257,14 +264,17 @@ class ModelRunner:
         self,
         batch: ForwardBatch,
         prompt_logprob_spans: Sequence[tuple[int, int] | None] | None = None,
+        next_token_logits: bool = True,
     ) -> LogitsOutput:
         """Logits after each request's last new token, and for requests with a span
-        `(start, end)` (offsets into that request's new tokens) the logits after each of them."""
+        `(start, end)` (offsets into that request's new tokens) the logits after each of them.
+        `next_token_logits=False` (nothing samples after this forward: a prefill chunk, a flow
+        policy's prompt) skips the vocabulary projection of the last tokens ([0, V] instead)."""
         self.attn_backend.init_forward_metadata(batch)
         hidden = self.model(batch, self.attn_backend)
         self.flow_counters.vlm_tokens += batch.num_tokens
         spans = list(prompt_logprob_spans or [None] * batch.batch_size)
-        rows = [batch.last_token_index]
+        rows = [batch.last_token_index] if next_token_logits else []
         starts = [0, *accumulate(batch.extend_lens_cpu)]
         for i, span in enumerate(spans):
             if span is not None:
@@ -272,8 +282,12 @@ class ModelRunner:
                     raise ValueError(f"prompt logprob span {span} outside request {i}'s new tokens")
                 first, last = starts[i] + span[0], starts[i] + span[1]
                 rows.append(torch.arange(first, last, device=self.device))
+        if not rows:
+            empty = hidden.new_empty((0, self.vocab_size), dtype=torch.float32)
+            return LogitsOutput(empty, [None] * batch.batch_size)
         logits = self.model.compute_logits(hidden[torch.cat(rows)])
-        next_logits, rest = logits[: batch.batch_size], logits[batch.batch_size :]
+        n_next = batch.batch_size if next_token_logits else 0
+        next_logits, rest = logits[:n_next], logits[n_next:]
         prompt_logits: list[torch.Tensor | None] = []
         for span in spans:
             n = 0 if span is None else span[1] - span[0]
@@ -365,13 +379,9 @@ class ModelRunner:
         # Checked in full before the decoder changes, so a bad vision or flow half changes
         # nothing.
         vision_weights = None if self.vision is None else self.vision.read_weights(model_path)
-        flow_weights = None if self.flow is None else plan_flow_weights(self.flow, model_path)
-        skip = None if self.flow is None else is_flow_tensor
-        load_decoder_weights(self.model, model_path, progress=self.progress, skip=skip)
+        self._load_decoder_and_flow(model_path)
         if self.vision is not None and vision_weights is not None:
             self.vision.load_weights(vision_weights)
-        if self.flow is not None and flow_weights is not None:
-            load_flow_weights(self.flow, flow_weights, progress=self.progress)
         self.model_path = Path(model_path)
         self.config = new_config
         self.policy_spec = new_spec

@@ -77,7 +77,7 @@ class BatchRunner:
             prefix_lm_lens=[r.prefix_lm_len for r in batch.reqs],
             position_shifts=[r.position_shift for r in batch.reqs],
         )
-        logits = self.runner.forward(fb, batch.prompt_spans)
+        logits = self.runner.forward(fb, batch.prompt_spans, next_token_logits=any(batch.sample))
         logprobs: list[ReqLogprobs | None] = [
             self._prompt_logprobs(batch, i, logits.prompt_logits[i]) for i in range(len(batch.reqs))
         ]
