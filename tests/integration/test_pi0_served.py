@@ -216,3 +216,12 @@ def test_generate_and_the_openpi_websocket_give_the_same_chunk(pi0_server):
     out = client.infer({**obs, "state": np.asarray(STATES[1]), "prompt": INSTRUCTIONS[0],
                         "seed": 21})  # fmt: skip
     np.testing.assert_array_equal(out["actions"], np.asarray(expected))
+
+
+def test_a_shorter_image_list_masks_the_cameras_after_it(pi0_server):
+    """A list with fewer images than cameras is the first cameras; the rest are masked, as a
+    map that leaves them out."""
+    frame = png_base64(CAMERA_SETS[2][CAMERAS[0]])
+    by_name = _post(pi0_server, _body(2, 1, 0, seed=31))["actions"]
+    listed = _post(pi0_server, {**_body(2, 1, 0, seed=31), "image_data": [frame]})["actions"]
+    assert listed == by_name

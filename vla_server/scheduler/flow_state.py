@@ -11,10 +11,12 @@ suffix K/V is never written to the pool, so the request's KV is its prompt alone
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
 from vla_server.io_struct import Tensor, TokenizedGenerateReqInput
+from vla_server.model.flow_matching import flow_times
 from vla_server.multimodal.flow_actions import initial_noise
 
 
@@ -26,12 +28,16 @@ class FlowSpec:
     max_action_dim: int
     num_steps: int
 
+    @cached_property
+    def times(self) -> tuple[float, ...]:
+        return tuple(flow_times(self.num_steps))
+
 
 @dataclass(eq=False)
 class FlowState:
     noise: torch.Tensor  # [1, chunk_size, max_action_dim] float32: where denoising starts
     state: torch.Tensor | None  # [1, max_state_dim] pi0's normalised state (pi0.5: None)
-    num_steps: int
+    times: tuple[float, ...]  # t of each Euler step, 1.0 down
     x: torch.Tensor  # the chunk at the current step; written by the model worker only
     scheduled: int = 0  # passes handed to batches
     done: int = 0  # passes whose results were applied
@@ -40,7 +46,16 @@ class FlowState:
     def create(cls, spec: FlowSpec, msg: TokenizedGenerateReqInput) -> FlowState:
         noise = initial_noise(msg.sampling_params.random_seed, spec.chunk_size, spec.max_action_dim)
         state = None if msg.action_state is None else msg.action_state.to_torch()[None].float()
-        return cls(noise, state, spec.num_steps, noise.clone())
+        return cls(noise, state, spec.times, noise.clone())
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.times)
+
+    @property
+    def next_time(self) -> float:
+        """The time of the next pass to schedule."""
+        return self.times[self.scheduled]
 
     @property
     def to_schedule(self) -> bool:

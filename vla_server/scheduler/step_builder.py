@@ -12,7 +12,6 @@ from collections.abc import Callable
 
 import torch
 
-from vla_server.model.flow_matching import flow_times
 from vla_server.scheduler.batch_runner import prompt_span
 from vla_server.scheduler.interfaces import Clock
 from vla_server.scheduler.isolation import Gate, Isolation
@@ -211,7 +210,7 @@ class StepBuilder:
             batch.denoise.append(req)
             batch.denoise_rows.append(req.req_pool_idx)
             batch.denoise_prefix_lens.append(req.kv_len)
-            batch.denoise_times.append(flow_times(flow.num_steps)[flow.scheduled])
+            batch.denoise_times.append(flow.next_time)
             flow.scheduled += 1
             self._stepped(req, now)
 
