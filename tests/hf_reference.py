@@ -122,9 +122,14 @@ class HFLlava:
         allowed: range | None = None,
         *,
         stop_at_eos: bool = True,
+        pixel_values: torch.Tensor | None = None,
     ) -> Generated:
+        """`pixel_values`: the images preprocessed another way, in place of the processor's."""
         inputs = self.processor(text=text, images=images, return_tensors="pt")
         assert "attention_mask" in inputs  # explicit, or generate guesses it from the pad id
+        if pixel_values is not None:
+            assert pixel_values.shape == inputs["pixel_values"].shape
+            inputs["pixel_values"] = pixel_values
         extra: dict[str, Any] = {} if stop_at_eos else {"eos_token_id": None}
         if allowed:
             vocab = self.model.config.text_config.vocab_size

@@ -103,6 +103,12 @@ class ServerArgs:
     mm_pixel_cache_mb: float = _opt(
         64.0, "byte budget of the main process's cache of preprocessed frames, MB (0: off)"
     )
+    image_backend: str = _opt(
+        "pil",
+        "image resize and normalisation as transformers' PIL backend (pil: bit for bit) or as "
+        "its torchvision backend on CPU (torch: at most one level from PIL, resize ~4x faster)",
+        choices=["pil", "torch"],
+    )
     served_model_name: str | None = _opt(None, "model id clients see (default: the folder name)")
     default_num_actions: int | None = _opt(
         None, "robot default: action vectors for a /generate request with images that names none"
@@ -246,6 +252,7 @@ class FrontendConfig:
     allowed_local_media_path: str | None
     allow_remote_media: bool
     mm_pixel_cache_mb: float
+    image_backend: str
     incremental_streaming_output: bool
     default_num_actions: int | None
     default_unnorm_key: str | None

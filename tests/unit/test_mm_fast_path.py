@@ -86,7 +86,7 @@ def old_array_path(pixels: np.ndarray, cfg: Preprocessor) -> np.ndarray:
     image = Image.fromarray(pixels).resize((width, height), resample=cfg.resample)
     chw = np.moveaxis(np.asarray(image), -1, 0)
     if cfg.crop_hw is not None:
-        chw = _center_crop(chw, cfg.crop_hw)
+        chw = _center_crop(chw, cfg.crop_hw, top_heavy=True)
     return np.ascontiguousarray(normalise(chw, cfg))
 
 

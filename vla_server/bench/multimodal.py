@@ -159,19 +159,25 @@ def clock(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 
 def pipeline_costs(model_path: Path, frames: list[str]) -> dict[str, list[float]]:
-    """Seconds per frame of the main process's image work, whole and by stage: the decoded PIL
-    image goes straight to the resize, the pixel array is made for the server's own hash only;
-    a raw-pixel client's array is converted to PIL for the resize (the last row)."""
-    pipeline = ImagePipeline(MediaPolicy(), load_preprocessor(model_path))
+    """Seconds per frame of the main process's image work, whole and by stage, on both image
+    backends: with PIL's, the decoded PIL image goes straight to the resize and the pixel array
+    is made for the server's own hash only (a raw-pixel client's array is converted to PIL for the
+    resize); with torch's, that one array is hashed and resized."""
+    pipelines = [
+        ImagePipeline(MediaPolicy(), load_preprocessor(model_path, backend))
+        for backend in ("pil", "torch")
+    ]
     costs: dict[str, list[float]] = {name: [] for name in PIPELINE_STAGES}
-    for frame in frames[:3]:  # warm-up: the first PIL/numpy calls load code
-        pipeline.process([frame])
+    for frame in frames[:3]:  # warm-up: the first PIL/numpy/torch calls load code
+        for pipeline in pipelines:
+            pipeline.process([frame])
     for frame in frames:
-        for name, seconds in _frame_costs(pipeline, frame).items():
+        for name, seconds in _frame_costs(*pipelines, frame).items():
             costs[name].append(seconds)
     return costs
 
 
+TORCH_TOTAL_STAGE = "total, --image-backend torch"
 PIPELINE_STAGES = (
     "total (ImagePipeline.process)",
     "total, caller mm_hashes",
@@ -180,10 +186,14 @@ PIPELINE_STAGES = (
     "hash",
     "resize + normalise",
     "resize + normalise from an array",
+    TORCH_TOTAL_STAGE,
+    "torch backend: resize + normalise from the array",
 )
 
 
-def _frame_costs(pipeline: ImagePipeline, frame: str) -> dict[str, float]:
+def _frame_costs(
+    pipeline: ImagePipeline, torch_pipeline: ImagePipeline, frame: str
+) -> dict[str, float]:
     caller = format_mm_hash(0)
     total, _ = clock(lambda: pipeline.process([frame]))
     with_hash, _ = clock(lambda: pipeline.process([frame], [caller]))
@@ -192,7 +202,10 @@ def _frame_costs(pipeline: ImagePipeline, frame: str) -> dict[str, float]:
     hashing, _ = clock(lambda: pipeline.hash_pixels(pixels))
     resize, _ = clock(lambda: apply_preprocessor(decoded, pipeline.preprocess))
     from_array, _ = clock(lambda: apply_preprocessor(pixels, pipeline.preprocess))
-    seconds = (total, with_hash, decode, to_array, hashing, resize, from_array)
+    torch_total, _ = clock(lambda: torch_pipeline.process([frame]))
+    torch_resize, _ = clock(lambda: apply_preprocessor(pixels, torch_pipeline.preprocess))
+    seconds = (total, with_hash, decode, to_array, hashing, resize, from_array, torch_total,
+               torch_resize)  # fmt: skip
     return dict(zip(PIPELINE_STAGES, seconds, strict=True))
 
 

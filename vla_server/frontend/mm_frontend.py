@@ -58,7 +58,8 @@ class MultimodalFrontend:
             )
             cache_bytes = int(config.mm_pixel_cache_mb * 1024 * 1024)
             cache = PixelCache(cache_bytes) if cache_bytes > 0 else None
-            self.pipeline = ImagePipeline(policy, load_preprocessor(path), cache)
+            preprocess = load_preprocessor(path, config.image_backend)
+            self.pipeline = ImagePipeline(policy, preprocess, cache)
         self.actions = load_action_tokenizer(path, tokenizer)
         self.fast: FastActionTokenizer | None = None
         self.fast_prompt: Pi0FastPrompt | None = None

@@ -26,7 +26,7 @@ from vla_server.multimodal.image_input import (
     load_frame,
 )
 from vla_server.multimodal.pixel_cache import KnownFrame, PixelCache
-from vla_server.multimodal.preprocessors import Preprocessor, apply_preprocessor
+from vla_server.multimodal.preprocessors import Preprocessor, apply_preprocessor, reads_arrays
 
 
 @dataclass(frozen=True)
@@ -44,9 +44,11 @@ class ImagePipeline:
     # Preprocessed pixels of recent frames (None: every frame is resized again).
     cache: PixelCache | None = None
     preprocess_digest: bytes = field(init=False)
+    reads_arrays: bool = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "preprocess_digest", self.preprocess.digest())
+        object.__setattr__(self, "reads_arrays", reads_arrays(self.preprocess))
 
     def process(
         self, items: Sequence[ImageItem], mm_hashes: Sequence[str] | str | None = None
@@ -59,18 +61,21 @@ class ImagePipeline:
         repeated = self._repeated(encoded, caller_hash)
         if repeated is not None:
             return repeated
-        # A decoded image stays a PIL image: the resize reads it directly, and the pixel array
-        # (a copy out of PIL's buffer) is made only when the server hashes the frame itself.
+        # A decoded image stays a PIL image for a PIL resize, which reads it directly; the pixel
+        # array (a copy out of PIL's buffer) is made when the server hashes the frame itself or
+        # when torch resizes it, once for both.
         if encoded is None:
             frame = load_frame(item, index, self.policy)
         else:
             frame = decode_payload(encoded, index, self.policy)
-        hash128 = self.hash_pixels(as_pixels(frame)) if caller_hash is None else caller_hash
+        pixels = as_pixels(frame) if caller_hash is None or self.reads_arrays else None
+        hash128 = self.hash_pixels(pixels) if caller_hash is None else caller_hash
         if encoded is not None and self.cache is not None and caller_hash is None:
             # Only the server's own hash names the bytes: a caller's may name other pixels.
             self.cache.remember(encoded, KnownFrame(hash128, frame_hw(frame)))
+        source = pixels if self.reads_arrays else frame
         return ProcessedImage(
-            pixel_values=self._pixel_values(frame, hash128),
+            pixel_values=self._pixel_values(source, hash128),
             hash128=hash128,
             source_hw=frame_hw(frame),
             caller_hash=caller_hash is not None,

@@ -10,15 +10,14 @@ top/bottom and left/right; then `x * 2 - 1`.
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-import xxhash
 
 from vla_server.multimodal.image_decode import RgbFrame, as_pixels
+from vla_server.multimodal.resize import settings_digest
 
 
 @dataclass(frozen=True)
@@ -27,8 +26,7 @@ class PadResize:
     width: int
 
     def digest(self) -> bytes:
-        canonical = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
-        return xxhash.xxh3_128_digest(b"pad-resize:" + canonical.encode())
+        return settings_digest(self, b"pad-resize:")
 
 
 def pad_resize(pixels: RgbFrame, cfg: PadResize) -> np.ndarray:

@@ -1,11 +1,15 @@
-"""RGB uint8 pixels -> float32 ``pixel_values [3, H, W]``, as transformers' PIL image processors.
+"""RGB uint8 pixels -> float32 ``pixel_values [3, H, W]``, as transformers' image processors.
 
-The steps and their arithmetic follow ``transformers.image_processing_backends.PilBackend`` so the
-result matches ``SiglipImageProcessorPil`` / ``CLIPImageProcessorPil`` to float32 rounding: a PIL
-resize of the uint8 image (filter from the config), a center crop of the uint8 result (zero
-padding where the image is smaller), rescale in float64 then cast to float32, and normalisation
-``(x - mean) / std`` in float32. The last two run as a per-channel table lookup built from that
-arithmetic (``value_tables``: the same float32 values, one pass).
+With ``resize_backend`` "pil" the steps and their arithmetic follow
+``transformers.image_processing_backends.PilBackend``, so the result matches
+``SiglipImageProcessorPil`` / ``CLIPImageProcessorPil`` bit for bit: a PIL resize of the uint8
+image (filter from the config), a center crop of the uint8 result (zero padding where the image
+is smaller, the extra row on top), rescale in float64 then cast to float32, and normalisation
+``(x - mean) / std`` in float32. With "torch" they follow its ``TorchvisionBackend`` on CPU:
+torch's uint8 antialiased resize, the extra padding row at the bottom, and rescale fused into
+normalisation, ``(x - mean / f) / (std / f)`` in float32. Either normalisation runs as a
+per-channel table lookup built from its arithmetic (``value_tables``: the same float32 values,
+one pass).
 """
 
 from __future__ import annotations
@@ -14,9 +18,11 @@ import functools
 import math
 
 import numpy as np
+import torch
 
-from vla_server.multimodal.image_decode import RgbFrame, as_pil, as_pixels, frame_hw
+from vla_server.multimodal.image_decode import RgbFrame, as_pixels, frame_hw
 from vla_server.multimodal.preprocess_config import PreprocessConfig
+from vla_server.multimodal.resize import resize_rgb
 from vla_server.multimodal.value_tables import look_up, value_tables
 
 
@@ -25,7 +31,7 @@ def preprocess_image(pixels: RgbFrame, cfg: PreprocessConfig) -> np.ndarray:
     image = _resize(pixels, cfg) if cfg.do_resize else as_pixels(pixels)
     chw = np.moveaxis(image, -1, 0)
     if cfg.crop_hw is not None:
-        chw = _center_crop(chw, cfg.crop_hw)
+        chw = _center_crop(chw, cfg.crop_hw, top_heavy=cfg.resize_backend == "pil")
     return look_up(chw, _tables(cfg))
 
 
@@ -43,9 +49,25 @@ def normalise(chw: np.ndarray, cfg: PreprocessConfig) -> np.ndarray:
     return values
 
 
+def fused_normalise(chw: np.ndarray, cfg: PreprocessConfig) -> np.ndarray:
+    """transformers' torchvision-backend arithmetic on uint8 ``[3, H, W]``: float32 throughout,
+    a rescale with normalisation folded into the mean and std (``/ rescale_factor``)."""
+    values = torch.from_numpy(chw.astype(np.float32))
+    mean, std = cfg.image_mean, cfg.image_std
+    if mean is not None and std is not None:
+        mean_t, std_t = torch.tensor(mean), torch.tensor(std)
+        if cfg.rescale_factor is not None:
+            mean_t, std_t = mean_t * (1.0 / cfg.rescale_factor), std_t * (1.0 / cfg.rescale_factor)
+        values = (values - mean_t[:, None, None]) / std_t[:, None, None]
+    elif cfg.rescale_factor is not None:
+        values = values * cfg.rescale_factor
+    return values.numpy()
+
+
 @functools.cache
 def _tables(cfg: PreprocessConfig) -> np.ndarray:
-    return value_tables(lambda chw: normalise(chw, cfg))
+    arithmetic = normalise if cfg.resize_backend == "pil" else fused_normalise
+    return value_tables(lambda chw: arithmetic(chw, cfg))
 
 
 def resized_hw(height: int, width: int, cfg: PreprocessConfig) -> tuple[int, int]:
@@ -66,26 +88,30 @@ def short_side_hw(height: int, width: int, short_side: int) -> tuple[int, int]:
 
 
 def _resize(pixels: RgbFrame, cfg: PreprocessConfig) -> np.ndarray:
-    height, width = resized_hw(*frame_hw(pixels), cfg)
-    if (height, width) == frame_hw(pixels):
-        return as_pixels(pixels)  # PIL would return an identical copy
-    return np.asarray(as_pil(pixels).resize((width, height), resample=cfg.resample))
+    hw = resized_hw(*frame_hw(pixels), cfg)
+    if hw == frame_hw(pixels):
+        return as_pixels(pixels)  # both backends would return an identical copy
+    return resize_rgb(pixels, hw, cfg.resample, cfg.resize_backend)
 
 
-def _center_crop(chw: np.ndarray, crop_hw: tuple[int, int]) -> np.ndarray:
+def _center_crop(chw: np.ndarray, crop_hw: tuple[int, int], top_heavy: bool) -> np.ndarray:
     crop_h, crop_w = crop_hw
     height, width = chw.shape[1:]
     if crop_h > height or crop_w > width:
-        chw, height, width = _pad_to(chw, max(crop_h, height), max(crop_w, width))
+        chw, height, width = _pad_to(chw, max(crop_h, height), max(crop_w, width), top_heavy)
     top = (height - crop_h) // 2
     left = (width - crop_w) // 2
     return chw[:, top : top + crop_h, left : left + crop_w]
 
 
-def _pad_to(chw: np.ndarray, height: int, width: int) -> tuple[np.ndarray, int, int]:
-    # Zero padding placed as transformers' center_crop does (ceil of half the missing rows).
+def _pad_to(
+    chw: np.ndarray, height: int, width: int, top_heavy: bool
+) -> tuple[np.ndarray, int, int]:
+    # Zero padding placed as each backend's center_crop does: an odd missing row goes on top
+    # (PIL backend: ceil of half) or at the bottom (torchvision backend: floor of half).
     padded = np.zeros((chw.shape[0], height, width), dtype=chw.dtype)
-    top = math.ceil((height - chw.shape[1]) / 2)
-    left = math.ceil((width - chw.shape[2]) / 2)
+    half = math.ceil if top_heavy else math.floor
+    top = half((height - chw.shape[1]) / 2)
+    left = half((width - chw.shape[2]) / 2)
     padded[:, top : top + chw.shape[1], left : left + chw.shape[2]] = chw
     return padded, height, width

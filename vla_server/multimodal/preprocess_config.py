@@ -9,11 +9,11 @@ Keys missing from the file take the defaults of the ``transformers`` class; an i
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import xxhash
+from vla_server.multimodal.resize import settings_digest
 
 # Mean/std constants of transformers.image_utils.
 _IMAGENET_STANDARD = (0.5, 0.5, 0.5)
@@ -57,11 +57,12 @@ class PreprocessConfig:
     rescale_factor: float | None  # None: no rescale
     image_mean: tuple[float, float, float] | None  # None: no normalisation
     image_std: tuple[float, float, float] | None
+    # Which of transformers' backends the resize and normalisation follow (see `resize`).
+    resize_backend: str = "pil"
 
     def digest(self) -> bytes:
-        """16 bytes that change whenever any setting changes (xxh3-128 of canonical JSON)."""
-        canonical = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
-        return xxhash.xxh3_128_digest(canonical.encode())
+        """16 bytes that change whenever any setting changes."""
+        return settings_digest(self)
 
     @classmethod
     def from_folder(cls, folder: str | Path) -> PreprocessConfig:

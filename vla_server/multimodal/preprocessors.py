@@ -4,11 +4,13 @@ LLaVA-format checkpoints name a `transformers` image processor (`PreprocessConfi
 `preprocess_image`); Prismatic/OpenVLA folders name `PrismaticImageProcessor`
 (`PrismaticPreprocess`, `prismatic_preprocess`); LeRobot pi-family policies resize with padding
 to their `image_resolution` (`PadResize`, `pad_resize`). All give float32 `[C, H, W]` and a
-digest that scopes image hashes to the settings.
+digest that scopes image hashes to the settings. The first two resize with either of
+transformers' backends (`resize`); the third is torch arithmetic already.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -27,14 +29,21 @@ from vla_server.multimodal.prismatic_preprocess import (
 Preprocessor = PreprocessConfig | PrismaticPreprocess | PadResize
 
 
-def load_preprocessor(folder: str | Path) -> Preprocessor:
+def load_preprocessor(folder: str | Path, resize_backend: str = "pil") -> Preprocessor:
     policy = lerobot_spec(folder)
     if policy is not None:
         return PadResize(*policy.image_resolution)
     raw = read_image_processor_dict(Path(folder))
     if raw.get("image_processor_type") == PRISMATIC_PROCESSOR:
-        return PrismaticPreprocess.from_dict(raw)
-    return PreprocessConfig.from_dict(raw)
+        cfg: Preprocessor = PrismaticPreprocess.from_dict(raw)
+    else:
+        cfg = PreprocessConfig.from_dict(raw)
+    return dataclasses.replace(cfg, resize_backend=resize_backend)
+
+
+def reads_arrays(cfg: Preprocessor) -> bool:
+    """Whether preprocessing starts from a pixel array (torch ops) rather than a PIL image."""
+    return isinstance(cfg, PadResize) or cfg.resize_backend == "torch"
 
 
 def apply_preprocessor(pixels: RgbFrame, cfg: Preprocessor) -> np.ndarray:

@@ -19,16 +19,15 @@ bf16-rounded: the file's values are used, never timm's defaults.
 from __future__ import annotations
 
 import functools
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import xxhash
 from PIL import Image
 
 from vla_server.multimodal.image_decode import RgbFrame, as_pil
 from vla_server.multimodal.preprocess import short_side_hw
+from vla_server.multimodal.resize import resize_rgb, settings_digest
 from vla_server.multimodal.value_tables import look_up, value_tables
 
 PRISMATIC_PROCESSOR = "PrismaticImageProcessor"
@@ -49,10 +48,10 @@ class TowerTransform:
 class PrismaticPreprocess:
     letterbox_fill: tuple[int, int, int] | None  # None: no letterbox padding
     towers: tuple[TowerTransform, ...]
+    resize_backend: str = "pil"  # or "torch": see `resize`
 
     def digest(self) -> bytes:
-        canonical = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
-        return xxhash.xxh3_128_digest(b"prismatic:" + canonical.encode())
+        return settings_digest(self, b"prismatic:")
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> PrismaticPreprocess:
@@ -120,7 +119,7 @@ def prismatic_preprocess(pixels: RgbFrame, cfg: PrismaticPreprocess) -> np.ndarr
     for i, t in enumerate(cfg.towers):
         key = (t.size, t.resample, t.crop_hw)
         if key not in crops:
-            crops[key] = np.moveaxis(_resized_crop(image, t), -1, 0)
+            crops[key] = np.moveaxis(_resized_crop(image, t, cfg.resize_backend), -1, 0)
         look_up(crops[key], _tables(t), out[3 * i : 3 * i + 3])
     return out
 
@@ -146,12 +145,11 @@ def _letterbox(image: Image.Image, fill: tuple[int, int, int]) -> Image.Image:
     return out
 
 
-def _resized_crop(image: Image.Image, t: TowerTransform) -> np.ndarray:
+def _resized_crop(image: Image.Image, t: TowerTransform, backend: str) -> np.ndarray:
     """Resized and center-cropped: uint8 ``[H', W', 3]``."""
     w, h = image.size
-    out_h, out_w = t.size if isinstance(t.size, tuple) else short_side_hw(h, w, t.size)
-    resized = image.resize((out_w, out_h), resample=t.resample)
-    return _center_crop(np.asarray(resized), t.crop_hw)
+    out_hw = t.size if isinstance(t.size, tuple) else short_side_hw(h, w, t.size)
+    return _center_crop(resize_rgb(image, out_hw, t.resample, backend), t.crop_hw)
 
 
 def _center_crop(hwc: np.ndarray, crop_hw: tuple[int, int]) -> np.ndarray:
