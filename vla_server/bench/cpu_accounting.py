@@ -50,3 +50,17 @@ def cpu_ms_per_unit(
     spent = {k: (after[k] - before.get(k, 0.0)) * 1000.0 / max(units, 1) for k in after}
     spent["total"] = sum(spent.values())
     return spent
+
+
+def cores_by_process(
+    before: dict[str, float], after: dict[str, float], seconds: float
+) -> dict[str, float]:
+    """Average cores each process (the client, each node process) kept busy between two
+    snapshots `seconds` apart, and in total: on a machine with few cores, the share left for the
+    model."""
+    busy: dict[str, float] = {}
+    for label, cpu_s in after.items():
+        process = label.split(":")[0]
+        busy[process] = busy.get(process, 0.0) + (cpu_s - before.get(label, 0.0)) / seconds
+    busy["total"] = sum(busy.values())
+    return busy

@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from vla_server.bench.cpu_accounting import cores_by_process, cpu_snapshot
 from vla_server.bench.raw_step import measure_decode_steps
 from vla_server.bench.scheduler_common import (
     BenchSetup,
@@ -35,7 +36,7 @@ from vla_server.bench.scheduler_common import (
     setup,
     ttfts,
 )
-from vla_server.bench.stats import summary_ms
+from vla_server.bench.stats import summary_ms, table
 from vla_server.bench.stream_client import StreamTiming, timed_stream
 
 LOW, HIGH = 0, 100  # more than --priority-scheduling-preemption-threshold (10) apart
@@ -117,25 +118,51 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     flags = ("--enable-priority-scheduling", "--max-running-requests", str(n))
     realtime = ("--realtime-priority", str(args.realtime_priority))
     realtime += ("--max-hold-ms", str(args.max_hold_ms))
+    cpu: dict[str, list[dict[str, float]]] = {c: [] for c in cases}
     with contextlib.ExitStack() as stack:
-        urls = {
-            "plain": stack.enter_context(serve(bench, *flags)).url,
-            "realtime": stack.enter_context(serve(bench, *flags, *realtime)).url,
+        servers = {
+            "plain": stack.enter_context(serve(bench, *flags)),
+            "realtime": stack.enter_context(serve(bench, *flags, *realtime)),
         }
-        for url in urls.values():
-            asyncio.run(phase(url, args, n, HIGH, seed=99))  # warm-up
+        for node in servers.values():
+            asyncio.run(phase(node.url, args, n, HIGH, seed=99))  # warm-up
         for r in range(args.rounds):
             print(f"  round {r + 1}/{args.rounds}: raw decode step", flush=True)
             for b in raw:
                 raw[b] += measure_decode_steps(bench.path, b, 50)
             for case, (server, n_low, priority) in cases.items():
                 print(f"  round {r + 1}/{args.rounds}: {case}", flush=True)
-                h, lo, secs = asyncio.run(phase(urls[server], args, n_low, priority, seed=r))
+                node, before, t0 = (
+                    servers[server],
+                    cpu_snapshot(servers[server]),
+                    time.perf_counter(),
+                )
+                h, lo, secs = asyncio.run(phase(node.url, args, n_low, priority, seed=r))
+                cpu[case].append(
+                    cores_by_process(before, cpu_snapshot(node), time.perf_counter() - t0)
+                )
                 high[case] += h
                 low[case] += lo
                 low_s[case] += secs
-        held = httpx.get(f"{urls['realtime']}/get_server_info").json()["internal_states"][0]
-    return report(bench, args, raw, (high, low, low_s), held)
+        held = httpx.get(f"{servers['realtime'].url}/get_server_info").json()["internal_states"][0]
+    return report(bench, args, raw, (high, low, low_s), held) | {"cpu_cores": _mean_cores(cpu)}
+
+
+def _mean_cores(cpu: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Each case's cores busy per process, averaged over its rounds, printed as a table: with
+    few cores, what the client and the node's other processes leave the scheduler."""
+    out = {
+        case: {k: sum(r[k] for r in rounds) / len(rounds) for k in rounds[0]}
+        for case, rounds in cpu.items()
+    }
+    print("cores busy during each case (process CPU seconds / wall seconds):")
+    print(
+        table(
+            [{"case": case, **cores} for case, cores in out.items()],
+            ["case", *next(iter(out.values()))],
+        )
+    )
+    return out
 
 
 def _meta(timings: list[StreamTiming], key: str) -> list[float]:
