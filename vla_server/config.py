@@ -84,6 +84,12 @@ class ServerArgs:
     realtime_tolerance: float = _opt(
         0.05, "priority isolation: how much others may slow a protected step (predicted, a share)"
     )
+    realtime_reserve_ms: float = _opt(
+        0.0,
+        "priority isolation for a control loop: protected requests that arrive at a steady "
+        "period are expected again; no step starts that would still run within this many ms "
+        "of the expected arrival, nor while it is late by up to this many ms (0: off)",
+    )
     max_queued_requests: int | None = _opt(None, "waiting-queue bound; beyond it: 503")
     max_session_held_tokens: int = _opt(
         65536, "KV tokens open sessions may keep pinned; oldest sessions lose their pins first"
@@ -298,6 +304,7 @@ class SchedulerConfig:
     realtime_priority: int | None
     max_hold_ms: float
     realtime_tolerance: float
+    realtime_reserve_ms: float
     max_queued_requests: int | None
     max_session_held_tokens: int
     mm_embedding_cache_mb: float

@@ -6,7 +6,9 @@ forced after `--max-hold-ms`), so that lows are held whatever this machine's ste
 While the lows stream, realtime requests follow one another back to back until every low has
 ended: the lows must still finish, with the greedy outputs they have alone. The held-step counts
 of the internal state and of Prometheus agree, and the realtime requests' latencies land in the
-histograms of their own priority.
+histograms of their own priority. With `--realtime-reserve-ms`, the realtime requests' arrival
+rhythm is learned (its period is in the internal state) and the window around the next one is
+kept clear as well, which holds the lows more and changes no token either.
 
 The rules themselves (the hold bound, the step-time model) are unit tests on the scheduling
 core: tests/unit/test_sched_isolation.py.
@@ -54,6 +56,8 @@ def node(llama_path, tmp_path_factory):
         "0",
         "--max-hold-ms",
         "50",
+        "--realtime-reserve-ms",
+        "5",
         "--max-total-tokens",
         "4096",
     ) as s:
@@ -92,6 +96,9 @@ async def test_isolation_holds_lows_none_starves_outputs_unchanged(node):
             for i in range(len(highs))
         ]
     assert after["held_steps"] > before["held_steps"]
+    # Strict holding gives each low at most one step per hold, so many realtime requests run
+    # meanwhile: enough arrivals for a period.
+    assert len(highs) >= 4 and after["realtime_period_ms"] > 0
     assert counter == after["held_steps"]
     assert ttfts == len(highs)
     # Every low ended, as it does alone; so did every realtime request.

@@ -6,7 +6,8 @@ and the high-priority robot's short action-like requests must preempt one of the
 robot sending at the low robots' priority (plain FIFO order) shows what priority buys. A second
 server, the same plus `--realtime-priority` (priority isolation: the low robots are held out of
 the high robot's steps where the step-time model says they would slow them, for at most
-`--max-hold-ms`), shows what isolation buys, and what it costs the low robots' throughput
+`--max-hold-ms`, and out of the window around its next expected request,
+`--realtime-reserve-ms`), shows what isolation buys, and what it costs the low robots' throughput
 (their tokens per second over the same phase, against the first server's priority case). The
 raw decode step at batch 1 and N (in-process, in turns with the served rounds) shows what
 batching alone costs the ITL.
@@ -56,6 +57,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
         "--realtime-priority", type=int, default=HIGH, help="of the isolation case's server"
     )
     p.add_argument("--max-hold-ms", type=float, default=50.0, help="of the isolation case's server")
+    p.add_argument(
+        "--reserve-ms",
+        type=float,
+        default=10.0,
+        help="the isolation case's --realtime-reserve-ms (the action robot is a steady loop)",
+    )
 
 
 async def action_robot(
@@ -118,6 +125,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     flags = ("--enable-priority-scheduling", "--max-running-requests", str(n))
     realtime = ("--realtime-priority", str(args.realtime_priority))
     realtime += ("--max-hold-ms", str(args.max_hold_ms))
+    realtime += ("--realtime-reserve-ms", str(args.reserve_ms))
     cpu: dict[str, list[dict[str, float]]] = {c: [] for c in cases}
     with contextlib.ExitStack() as stack:
         servers = {
@@ -231,6 +239,8 @@ def report(
         "low_tokens": args.low_tokens,
         "realtime_held_steps": realtime_state.get("held_steps"),
         "realtime_step_time_ms": realtime_state.get("step_time_ms"),
+        "realtime_period_ms": realtime_state.get("realtime_period_ms"),
+        "reserve_ms": args.reserve_ms,
     }
     save_report(
         bench,

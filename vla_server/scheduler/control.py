@@ -35,6 +35,7 @@ class SchedulerControl:
         abort_all: Callable[[], None],
         step_cost: StepCostModel,
         model_counters: Callable[[], dict[str, int]] | None = None,
+        realtime_period: Callable[[], float | None] | None = None,
     ):
         self.state = state
         self.kv = kv
@@ -45,6 +46,7 @@ class SchedulerControl:
         self.abort_all = abort_all
         self.step_cost = step_cost
         self.model_counters = model_counters  # the model runner's work counters, if it keeps any
+        self.realtime_period = realtime_period  # priority isolation's learned control-loop period
         self.weight_version = 0
         self.handlers: dict[type, Callable[[Any], RpcReply]] = {
             PauseGenerationReq: self.pause,
@@ -61,6 +63,10 @@ class SchedulerControl:
             return self.handlers[type(msg)](msg)
         except Exception as e:  # a control call must answer, never kill the loop
             return RpcReply(call_id=msg.call_id, success=False, message=f"{type(e).__name__}: {e}")
+
+    def _realtime_period_ms(self) -> float | None:
+        period = None if self.realtime_period is None else self.realtime_period()
+        return None if period is None else period * 1e3
 
     def pause(self, msg: PauseGenerationReq) -> RpcReply:
         """`in_place` keeps everything resident; `retract` hands running requests' KV to the
@@ -162,6 +168,7 @@ class SchedulerControl:
                 "held_steps": s.held_steps,
                 "num_held_reqs": s.num_held,
                 "step_time_ms": self.step_cost.table(),
+                "realtime_period_ms": self._realtime_period_ms(),
                 "open_sessions": len(self.sessions.sessions),
                 "paused": s.paused,
                 "weight_version": self.weight_version,

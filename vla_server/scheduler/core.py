@@ -94,6 +94,7 @@ class SchedulerCore:
             self._abort_all,
             self.step_cost,
             model_counters,
+            None if isolation is None else isolation.rhythm.period,
         )
         self._sessions_reaped_at = self.clock.monotonic()
 

@@ -14,7 +14,16 @@ step for `--max-hold-ms` (since its last step, or its arrival if it never had on
 into the next step whatever it costs. So each makes progress at a bounded rate and none
 starves; the price of that bound is the occasional slower protected step, which the forced
 requests pay for first out of the allowance. Steps without protected work (a protected request
-that waits for a slot, or awaits its last result) are built as usual.
+that waits for a slot, or awaits its last result) are built as usual, except around a control
+loop's next frame.
+
+A control loop's next frame (`--realtime-reserve-ms` R). A protected request that arrives while
+a long step of others runs waits for that step: no gate can shorten a step already running. When
+the protected requests arrive at a steady period (`arrival_rhythm.py`), the next one is
+expected, and steps without protected work are built through a gate whose allowance is the
+tokens the model predicts to finish by R before that moment; from then until R after it (the
+frame is late) the allowance is nothing. Held requests are forced in after `--max-hold-ms` as
+above, and with no steady rhythm (or R = 0) nothing is reserved.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vla_server.config import SchedulerConfig
+from vla_server.scheduler.arrival_rhythm import ArrivalRhythm
 from vla_server.scheduler.policy import PolicyConfig
 from vla_server.scheduler.req import Req
 from vla_server.scheduler.state import SchedState
@@ -33,6 +43,7 @@ class IsolationConfig:
     realtime_priority: int  # protected: at or above it, in the node's priority order
     max_hold_s: float
     tolerance: float  # allowed growth of the protected step's predicted time, a share
+    reserve_s: float = 0.0  # half-width of the window kept clear around an expected arrival
 
 
 class Gate:
@@ -69,6 +80,7 @@ class Isolation:
         self.cfg = cfg
         self.policy = policy
         self.model = model
+        self.rhythm = ArrivalRhythm()  # of the protected requests' arrivals
 
     @classmethod
     def from_config(
@@ -77,7 +89,12 @@ class Isolation:
         """The node's isolation, or None without --realtime-priority."""
         if cfg.realtime_priority is None:
             return None
-        iso = IsolationConfig(cfg.realtime_priority, cfg.max_hold_ms / 1e3, cfg.realtime_tolerance)
+        iso = IsolationConfig(
+            cfg.realtime_priority,
+            cfg.max_hold_ms / 1e3,
+            cfg.realtime_tolerance,
+            cfg.realtime_reserve_ms / 1e3,
+        )
         return cls(iso, policy, model)
 
     def protects(self, req: Req) -> bool:
@@ -85,8 +102,22 @@ class Isolation:
         return req.priority <= p if self.policy.low_values_first else req.priority >= p
 
     def active(self, state: SchedState) -> bool:
-        """A protected request is running or waiting."""
+        """A protected request is running or waiting; records the arrivals of waiting ones."""
+        last = self.rhythm.last()
+        for req in state.waiting:
+            if self.protects(req) and (last is None or req.arrival_time > last):
+                self.rhythm.observe(req.arrival_time)
         return any(self.protects(r) and not r.finished for r in (*state.running, *state.waiting))
+
+    def reserve_gate(self, state: SchedState, now: float) -> Gate | None:
+        """The gate of a step without protected work that keeps the window around the next
+        expected protected arrival clear; None when none is expected (or reserving is off)."""
+        reserve = self.cfg.reserve_s
+        expected = self.rhythm.next_expected() if reserve > 0 else None
+        if expected is None or now > expected + reserve:
+            return None
+        allowance = self.model.tokens_within(expected - reserve - now)
+        return Gate(state, allowance, now, self.cfg.max_hold_s)
 
     def gate(self, state: SchedState, protected_tokens: int, now: float) -> Gate | None:
         """The gate of a step carrying `protected_tokens`; None when it carries none."""

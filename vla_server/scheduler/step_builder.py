@@ -64,8 +64,9 @@ class StepBuilder:
         )
         iso = self.isolation
         if iso is None or not iso.active(s):
-            plan = self._advance(s.running, adder, None)
-            plan += self._admit(sorted(s.waiting, key=self.policy.queue_key), adder, None)[0]
+            gate = None if iso is None else iso.reserve_gate(s, self.clock.monotonic())
+            plan = self._advance(s.running, adder, gate)
+            plan += self._admit(sorted(s.waiting, key=self.policy.queue_key), adder, gate)[0]
         else:
             # The protected requests first: their chunks do not wait behind anyone's.
             queue = sorted(s.waiting, key=lambda r: (not iso.protects(r), self.policy.queue_key(r)))

@@ -74,11 +74,15 @@ class StepCostModel:
         base = self.predict(base_tokens)
         if base is None or base_tokens <= 0 or tolerance <= 0:
             return 0
-        limit = base * (1.0 + tolerance)
+        return self.tokens_within(base * (1.0 + tolerance), base_tokens)
+
+    def tokens_within(self, seconds: float, base_tokens: int = 0) -> int:
+        """Most tokens a step of `base_tokens` can take on while its predicted time stays within
+        `seconds` (0 before any measurement)."""
 
         def fits(extra: int) -> bool:
             t = self.predict(base_tokens + extra)
-            return t is not None and t <= limit
+            return t is not None and t <= seconds
 
         # Predictions do not decrease with the token count: double, then bisect.
         hi = 1
