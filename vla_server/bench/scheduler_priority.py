@@ -50,7 +50,13 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--low-tokens", type=int, default=48, help="new tokens per low-priority stream")
     p.add_argument("--action-tokens", type=int, default=7, help="new tokens per action request")
     p.add_argument("--reps", type=int, default=10, help="action requests per phase")
-    p.add_argument("--gap", type=float, default=0.1, help="seconds between action requests")
+    p.add_argument("--gap", type=float, default=0.1, help="the action robot's loop period, s")
+    p.add_argument(
+        "--warmup-frames",
+        type=int,
+        default=5,
+        help="action requests each phase starts with, not measured (the loop in steady state)",
+    )
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--settle", type=float, default=2.0, help="seconds for the low robots to start")
     p.add_argument(
@@ -68,12 +74,18 @@ def add_args(p: argparse.ArgumentParser) -> None:
 async def action_robot(
     client: httpx.AsyncClient, args: argparse.Namespace, priority: int, seed: int
 ) -> list[StreamTiming]:
+    """The robot's control loop: a request every `gap` seconds, on the clock (as a camera at a
+    fixed rate sends its frames); the first `warmup_frames` are its loop starting up, not
+    measured."""
     out = []
-    for i in range(args.reps):
+    start = time.perf_counter()
+    for i in range(args.warmup_frames + args.reps):
+        await asyncio.sleep(max(0.0, start + i * args.gap - time.perf_counter()))
         ids = INSTRUCTION + prompt_ids(8, seed=seed * 1000 + i)  # a new observation each time
         body = gen_body(ids, args.action_tokens, priority=priority)
-        out.append(await timed_stream(client, body))
-        await asyncio.sleep(args.gap)
+        timing = await timed_stream(client, body)
+        if i >= args.warmup_frames:
+            out.append(timing)
     return out
 
 
