@@ -3,7 +3,8 @@ one robot's latency, OpenAI chat with an image and 16 new tokens, greedy.
 
 Both servers are started here on loopback and measured in turns (node, then peer, each round),
 so load drift hits both; every round's ratio is reported, not only the pooled one. A robot
-sends its next request as soon as its previous reply arrived (closed loop).
+sends its next request as soon as its previous reply arrived (closed loop), each with a frame
+of its own camera that no robot sent before (so no image cache helps the node).
 `transformers serve` needs `accelerate` (`pip install "transformers[serving]==5.24.0"`).
 """
 
@@ -21,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
+from vla_server.bench.cpu_accounting import CLIENT, cpu_snapshot
 from vla_server.bench.multimodal import camera_frames
 from vla_server.server_subprocess import LOOPBACK, free_port, run_server
 
@@ -30,8 +33,8 @@ START_TIMEOUT_S = 180.0
 
 
 @contextlib.contextmanager
-def transformers_serve(path: Path, log: Path) -> Iterator[str]:
-    """`transformers serve` on `path` (CPU, loopback, offline); yields its base URL."""
+def transformers_serve(path: Path, log: Path) -> Iterator[tuple[str, int]]:
+    """`transformers serve` on `path` (CPU, loopback, offline); yields its base URL and pid."""
     port = free_port()
     exe = Path(sys.executable).with_name("transformers")
     cmd = [str(exe), "serve", str(path), "--device", "cpu", "--host", LOOPBACK, "--port", str(port)]
@@ -41,7 +44,7 @@ def transformers_serve(path: Path, log: Path) -> Iterator[str]:
     url = f"http://{LOOPBACK}:{port}"
     try:
         _wait_healthy(url, proc, log)
-        yield url
+        yield url, proc.pid
     finally:
         proc.terminate()
         try:
@@ -73,53 +76,90 @@ def chat_body(model: str, frame_b64: str, robot: int) -> dict[str, Any]:
     }
 
 
-async def robots(url: str, model: str, n: int, requests: int, frames: list[str]) -> dict:
-    """`n` robots, `requests` each, closed loop: wall time, requests/s, per-request seconds."""
+async def robots(url: str, model: str, frames: list[list[str]]) -> dict:
+    """One robot per list of frames, a request per frame, closed loop: wall time, requests/s,
+    per-request seconds."""
     latencies: list[float] = []
 
     async def robot(client: httpx.AsyncClient, i: int) -> None:
-        for k in range(requests):
+        for frame in frames[i]:
             t0 = time.perf_counter()
-            r = await client.post("/v1/chat/completions", json=chat_body(model, frames[k], i))
+            r = await client.post("/v1/chat/completions", json=chat_body(model, frame, i))
             r.raise_for_status()
             latencies.append(time.perf_counter() - t0)
 
-    limits = httpx.Limits(max_connections=n + 4)
+    limits = httpx.Limits(max_connections=len(frames) + 4)
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
         t0 = time.perf_counter()
-        await asyncio.gather(*(robot(client, i) for i in range(n)))
+        await asyncio.gather(*(robot(client, i) for i in range(len(frames))))
         wall = time.perf_counter() - t0
-    return {"wall_s": wall, "rps": n * requests / wall, "latency_s": latencies}
+    n = sum(len(f) for f in frames)
+    return {"wall_s": wall, "rps": n / wall, "latency_s": latencies}
 
 
 def compare(path: Path, n_robots: int, requests: int, rounds: int) -> list[dict[str, Any]]:
     """Per round: the node's and the peer's 8-robot throughput and 1-robot mean latency."""
-    frames = camera_frames(requests, 640, 480, 90, seed=5)
+    cameras = iter(range(10_000))  # a new seed per robot and run: every frame is new
+
+    def new_frames(n: int) -> list[list[str]]:
+        return [camera_frames(requests, 640, 480, 90, seed=next(cameras)) for _ in range(n)]
+
     logs = Path(tempfile.mkdtemp(prefix="vla-bench-peer-"))
     rows = []
     with run_server(path, logs) as node, transformers_serve(path, logs / "peer.log") as peer:
-        servers = {"node": (node.url, str(path)), "transformers serve": (peer, str(path))}
-        for url, model in servers.values():  # warm-up: first calls load code and kernels
-            asyncio.run(robots(url, model, 1, 2, frames))
+        servers = {
+            "node": (node.url, str(path), lambda: _cores_of(cpu_snapshot(node))),
+            "transformers serve": (peer[0], str(path), lambda: _process_cpu_s(peer[1])),
+        }
+        for url, model, _ in servers.values():  # warm-up: first calls load code and kernels
+            asyncio.run(robots(url, model, [new_frames(1)[0][:2]]))
         for r in range(rounds):
             print(f"  peer round {r + 1}/{rounds}: {n_robots} robots, then 1", flush=True)
+            many, one = new_frames(n_robots), new_frames(1)
             got = {
-                name: (
-                    asyncio.run(robots(url, model, n_robots, requests, frames)),
-                    asyncio.run(robots(url, model, 1, requests, frames)),
-                )
-                for name, (url, model) in servers.items()
+                name: _measured(url, model, cpu, many, one)
+                for name, (url, model, cpu) in servers.items()
             }
             rows.append(_row(r, got))
     return rows
+
+
+def _measured(
+    url: str, model: str, cpu: Any, many: list[list[str]], one: list[list[str]]
+) -> tuple[dict, dict]:
+    """The many-robot run with the server's CPU ms per request (by process for the node), then
+    the one-robot run."""
+    before = cpu()
+    result = asyncio.run(robots(url, model, many))
+    after = cpu()
+    n = sum(len(f) for f in many)
+    result["cpu_ms_per_request"] = {k: (after[k] - before.get(k, 0.0)) * 1e3 / n for k in after}
+    return result, asyncio.run(robots(url, model, one))
+
+
+def _cores_of(snapshot: dict[str, float]) -> dict[str, float]:
+    """CPU seconds per node process (threads summed), without the bench client's."""
+    out: dict[str, float] = {}
+    for label, seconds in snapshot.items():
+        if label != CLIENT:
+            process = label.split(":")[0]
+            out[process] = out.get(process, 0.0) + seconds
+    return out
+
+
+def _process_cpu_s(pid: int) -> dict[str, float]:
+    times = psutil.Process(pid).cpu_times()
+    return {"transformers serve": times.user + times.system}
 
 
 def _row(r: int, got: dict[str, tuple[dict, dict]]) -> dict[str, Any]:
     (node_many, node_one), (peer_many, peer_one) = got["node"], got["transformers serve"]
     node_lat = sum(node_one["latency_s"]) / len(node_one["latency_s"])
     peer_lat = sum(peer_one["latency_s"]) / len(peer_one["latency_s"])
+    cpu = {**node_many["cpu_ms_per_request"], **peer_many["cpu_ms_per_request"]}
     return {
         "round": r + 1,
+        **{f"cpu ms/request: {k}": v for k, v in cpu.items()},
         "node_rps": node_many["rps"],
         "peer_rps": peer_many["rps"],
         "throughput_ratio": node_many["rps"] / peer_many["rps"],
