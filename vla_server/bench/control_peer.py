@@ -113,6 +113,10 @@ def compare(path: Path, n_robots: int, requests: int, rounds: int) -> list[dict[
         }
         for url, model, _ in servers.values():  # warm-up: first calls load code and kernels
             asyncio.run(robots(url, model, [new_frames(1)[0][:2]]))
+        reply = httpx.post(
+            node.url + "/v1/chat/completions", json=chat_body(str(path), new_frames(1)[0][0], 0)
+        )
+        prompt_tokens = reply.json()["usage"]["prompt_tokens"]
         for r in range(rounds):
             print(f"  peer round {r + 1}/{rounds}: {n_robots} robots, then 1", flush=True)
             many, one = new_frames(n_robots), new_frames(1)
@@ -121,7 +125,45 @@ def compare(path: Path, n_robots: int, requests: int, rounds: int) -> list[dict[
                 for name, (url, model, cpu) in servers.items()
             }
             rows.append(_row(r, got))
+    floor = latency_floor(path, prompt_tokens)
+    print(
+        f"one request's model work alone: vision {floor['vision_ms']:.2f} + prefill of "
+        f"{prompt_tokens} tokens {floor['prefill_ms']:.2f} + "
+        f"{NEW_TOKENS - 1} x decode {floor['decode_ms']:.2f} = {floor['request_ms']:.1f} ms"
+    )
+    for row in rows:
+        row["floor_latency_ms"] = floor["request_ms"]
+        row["floor_vs_peer_latency"] = floor["request_ms"] / row["peer_latency_ms"]
     return rows
+
+
+def latency_floor(path: Path, prompt_tokens: int, new_tokens: int = NEW_TOKENS) -> dict[str, float]:
+    """One request's model work alone, in-process (ms): the vision tower on one frame, the
+    prompt's prefill and `new_tokens - 1` decode forwards; what no serving design goes below."""
+    import numpy as np
+
+    from vla_server.bench.raw_step import measure_decode_steps, measure_extend_forwards
+    from vla_server.bench.stats import summary_ms
+    from vla_server.model.model_runner import ModelRunner
+
+    runner = ModelRunner(path, max_total_tokens=1024, max_running_requests=2, progress=False)
+    assert runner.vision is not None
+    side = runner.vision.spec.image_size
+    pixels = np.zeros((3, side, side), np.float32)
+    vision = []
+    for _ in range(12):
+        t0 = time.perf_counter()
+        runner.encode_images([pixels])
+        vision.append(time.perf_counter() - t0)
+    decode: list[float] = []
+    measure_decode_steps(path, 1, 40, forwards=decode)
+    out = {
+        "vision_ms": summary_ms(vision[2:])["p50"],
+        "prefill_ms": summary_ms(measure_extend_forwards(path, prompt_tokens, 0, 10))["p50"],
+        "decode_ms": summary_ms(decode)["p50"],
+    }
+    out["request_ms"] = out["vision_ms"] + out["prefill_ms"] + (new_tokens - 1) * out["decode_ms"]
+    return out
 
 
 def _measured(
