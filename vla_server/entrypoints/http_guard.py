@@ -21,6 +21,12 @@ connection closes, which a client that neither reads nor closes never does.
   One mechanism at the connection for every route: streams, and large replies too.
 
 Both count in `vla_slow_client_aborts_total` by `phase` (request, response).
+
+The protocol also hands uvicorn a transport that joins the writes of one event-loop turn
+(`CoalescedWrites`): a streamed answer's head and its first chunk, written back to back, go out
+in one send, so the client wakes once for both. Two sends woke a waiting client twice, and on a
+loaded core the first wake-up (for the head alone) was in the time to first token: about 0.4 ms
+of a repeated frame's 7.6 ms in `python -m vla_server.bench multimodal`.
 """
 
 from __future__ import annotations
@@ -66,6 +72,8 @@ class GuardedH11Protocol(H11Protocol):
         # Zero: paused as soon as the kernel holds back a byte, so a stall is seen at once and
         # the process keeps no more than one message per connection on top of the kernel's.
         transport.set_write_buffer_limits(high=0)
+        # Flow control (uvicorn's, and the stall bound above) stays on the real transport.
+        self.transport = CoalescedWrites(transport, self.loop)  # type: ignore[assignment]
         self._arm_read_deadline()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -86,8 +94,11 @@ class GuardedH11Protocol(H11Protocol):
             self._arm_read_deadline()
 
     def handle_websocket_upgrade(self, event: h11.Request) -> None:
-        # The WebSocket protocol takes the connection over with its own ping timeout.
+        # The WebSocket protocol takes the connection over with its own ping timeout, on the
+        # real transport.
         self._cancel_timers()
+        if isinstance(self.transport, CoalescedWrites):
+            self.transport = self.transport.unwrap()
         self.transport.set_write_buffer_limits()
         super().handle_websocket_upgrade(event)
 
@@ -139,6 +150,46 @@ class GuardedH11Protocol(H11Protocol):
         if self._stall_timer is not None:
             self._stall_timer.cancel()
             self._stall_timer = None
+
+
+class CoalescedWrites:
+    """A transport whose writes in one event-loop turn leave as one `write` of the real
+    transport, at the end of that turn; everything else is the real transport's."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
+        self._transport = transport
+        self._loop = loop
+        self._pending: list[bytes] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        if not self._pending:
+            self._loop.call_soon(self.flush)
+        self._pending.append(data)
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
+        self._pending = []
+        self._transport.write(data)  # a closing transport drops it, as it would have
+
+    def close(self) -> None:
+        self.flush()  # a graceful close sends what was written before it
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._pending = []
+        self._transport.abort()
+
+    def unwrap(self) -> asyncio.Transport:
+        """The real transport, with what was written so far handed to it."""
+        self.flush()
+        return self._transport
 
 
 def guarded_h11_protocol(timeouts: ClientTimeouts) -> type[GuardedH11Protocol]:
