@@ -242,6 +242,7 @@ def plot_verdicts(rows: list[Row], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.2))
     labels = [f"{r['section']}: {r['metric']}" for r in rows]
@@ -254,6 +255,7 @@ def plot_verdicts(rows: list[Row], path: Path) -> None:
     ax.set_yticks(list(y), labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(NullFormatter())  # the log axis' minor labels overlap
     ax.set_xlabel("ratio (or ms for the front end); green: target met")
     ax.legend(loc="lower right")
     fig.tight_layout()
