@@ -311,6 +311,12 @@ class SchedulerConfig:
     stream_interval: int
     log_level: str
 
+    def __post_init__(self) -> None:
+        if not self.realtime_reserve_ms >= 0:
+            raise ValueError("--realtime-reserve-ms must be 0 (off) or more")
+        if self.realtime_reserve_ms and self.realtime_priority is None:
+            raise ValueError("--realtime-reserve-ms keeps time for --realtime-priority requests")
+
 
 @dataclass(frozen=True)
 class DetokenizerConfig:

@@ -9,8 +9,11 @@ is the time from its send to the first step that carries it."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.unit.sched_fakes import Harness, reference
 from tests.unit.test_sched_isolation import HOLD_MS, LOWS, iso_harness, start_lows, steps_of
+from vla_server.config import ServerArgs
 from vla_server.io_struct import GetInternalStateReq
 from vla_server.scheduler.arrival_rhythm import ArrivalRhythm
 from vla_server.scheduler.step_cost import StepCostModel
@@ -86,3 +89,13 @@ def test_tokens_within_a_time():
     assert model.tokens_within(0.017) == 4
     assert model.tokens_within(0.0049) == 0
     assert model.tokens_within(0.017, base_tokens=2) == 2
+
+
+def test_reserving_needs_protected_requests_and_a_length():
+    assert ServerArgs(model_path="m").configs().scheduler.realtime_reserve_ms == 0.0
+    ok = ServerArgs(model_path="m", realtime_priority=100, realtime_reserve_ms=10.0).configs()
+    assert ok.scheduler.realtime_reserve_ms == 10.0
+    with pytest.raises(ValueError, match="--realtime-priority"):
+        ServerArgs(model_path="m", realtime_reserve_ms=10.0).configs()
+    with pytest.raises(ValueError, match="0 \\(off\\) or more"):
+        ServerArgs(model_path="m", realtime_priority=100, realtime_reserve_ms=-1.0).configs()
