@@ -78,21 +78,39 @@ class StepCostModel:
 
     def tokens_within(self, seconds: float, base_tokens: int = 0) -> int:
         """Most tokens a step of `base_tokens` can take on while its predicted time stays within
-        `seconds` (0 before any measurement)."""
+        `seconds` (0 before any measurement). Built on every step while a frame is expected, so
+        the prediction is inverted segment by segment rather than searched."""
+        most = self._most_tokens(seconds)
+        if most is None:
+            return 0
+        extra = MAX_TOKENS if most >= MAX_TOKENS + base_tokens else max(0, int(most) - base_tokens)
+        # The inversion's float rounding may be a token off either way: settle on `predict`.
+        while extra < MAX_TOKENS and self._fits(base_tokens + extra + 1, seconds):
+            extra += 1
+        while extra > 0 and not self._fits(base_tokens + extra, seconds):
+            extra -= 1
+        return extra
 
-        def fits(extra: int) -> bool:
-            t = self.predict(base_tokens + extra)
-            return t is not None and t <= seconds
+    def _fits(self, num_tokens: int, seconds: float) -> bool:
+        t = self.predict(num_tokens)
+        return t is not None and t <= seconds
 
-        # Predictions do not decrease with the token count: double, then bisect.
-        hi = 1
-        while hi < MAX_TOKENS and fits(hi):
-            hi *= 2
-        lo = hi // 2 if hi > 1 else 0
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-        return lo if not fits(hi) else hi
+    def _most_tokens(self, seconds: float) -> float | None:
+        """The token count whose predicted time is `seconds` (`predict` inverted; infinite where
+        it stays flat above the largest group)."""
+        points = self._points()
+        if not points:
+            return None
+        lo_n, lo_s = points[0]
+        if seconds < lo_s:
+            return seconds * lo_n / lo_s
+        slope = lo_s / lo_n
+        for hi_n, hi_s in points[1:]:
+            if seconds < hi_s:
+                return lo_n + (seconds - lo_s) * (hi_n - lo_n) / (hi_s - lo_s)
+            slope = (hi_s - lo_s) / (hi_n - lo_n)
+            lo_n, lo_s = hi_n, hi_s
+        return float("inf") if slope <= 0 else lo_n + (seconds - lo_s) / slope
 
     def table(self) -> dict[str, float]:
         """Tokens -> milliseconds of each group, for the scheduler's internal state."""
