@@ -22,11 +22,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import psutil
 
-from vla_server.bench.cpu_accounting import CLIENT, cpu_snapshot
+from vla_server.bench.cpu_accounting import CLIENT, by_process, cpu_snapshot
 from vla_server.bench.multimodal import camera_frames
-from vla_server.server_subprocess import LOOPBACK, free_port, run_server
+from vla_server.bench.raw_step import measure_decode_steps, measure_extend_forwards
+from vla_server.bench.stats import summary_ms
+from vla_server.model.model_runner import ModelRunner
+from vla_server.server_subprocess import LOOPBACK, ServerProcess, free_port, run_server
 
 NEW_TOKENS = 16
 START_TIMEOUT_S = 180.0
@@ -108,7 +112,7 @@ def compare(path: Path, n_robots: int, requests: int, rounds: int) -> list[dict[
     rows = []
     with run_server(path, logs) as node, transformers_serve(path, logs / "peer.log") as peer:
         servers = {
-            "node": (node.url, str(path), lambda: _cores_of(cpu_snapshot(node))),
+            "node": (node.url, str(path), lambda: _node_cpu_s(node)),
             "transformers serve": (peer[0], str(path), lambda: _process_cpu_s(peer[1])),
         }
         for url, model, _ in servers.values():  # warm-up: first calls load code and kernels
@@ -140,12 +144,6 @@ def compare(path: Path, n_robots: int, requests: int, rounds: int) -> list[dict[
 def latency_floor(path: Path, prompt_tokens: int, new_tokens: int = NEW_TOKENS) -> dict[str, float]:
     """One request's model work alone, in-process (ms): the vision tower on one frame, the
     prompt's prefill and `new_tokens - 1` decode forwards; what no serving design goes below."""
-    import numpy as np
-
-    from vla_server.bench.raw_step import measure_decode_steps, measure_extend_forwards
-    from vla_server.bench.stats import summary_ms
-    from vla_server.model.model_runner import ModelRunner
-
     runner = ModelRunner(path, max_total_tokens=1024, max_running_requests=2, progress=False)
     assert runner.vision is not None
     side = runner.vision.spec.image_size
@@ -179,14 +177,9 @@ def _measured(
     return result, asyncio.run(robots(url, model, one))
 
 
-def _cores_of(snapshot: dict[str, float]) -> dict[str, float]:
-    """CPU seconds per node process (threads summed), without the bench client's."""
-    out: dict[str, float] = {}
-    for label, seconds in snapshot.items():
-        if label != CLIENT:
-            process = label.split(":")[0]
-            out[process] = out.get(process, 0.0) + seconds
-    return out
+def _node_cpu_s(node: ServerProcess) -> dict[str, float]:
+    """CPU seconds per node process, without the bench client's."""
+    return {p: s for p, s in by_process(cpu_snapshot(node)).items() if p != CLIENT}
 
 
 def _process_cpu_s(pid: int) -> dict[str, float]:

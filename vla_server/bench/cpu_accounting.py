@@ -52,15 +52,21 @@ def cpu_ms_per_unit(
     return spent
 
 
+def by_process(snapshot: dict[str, float]) -> dict[str, float]:
+    """A snapshot's CPU seconds per process (the client, each node process), threads summed."""
+    out: dict[str, float] = {}
+    for label, cpu_s in snapshot.items():
+        process = label.split(":")[0]
+        out[process] = out.get(process, 0.0) + cpu_s
+    return out
+
+
 def cores_by_process(
     before: dict[str, float], after: dict[str, float], seconds: float
 ) -> dict[str, float]:
-    """Average cores each process (the client, each node process) kept busy between two
-    snapshots `seconds` apart, and in total: on a machine with few cores, the share left for the
-    model."""
-    busy: dict[str, float] = {}
-    for label, cpu_s in after.items():
-        process = label.split(":")[0]
-        busy[process] = busy.get(process, 0.0) + (cpu_s - before.get(label, 0.0)) / seconds
+    """Average cores each process kept busy between two snapshots `seconds` apart, and in
+    total: on a machine with few cores, the share left for the model."""
+    was = by_process(before)
+    busy = {p: (cpu_s - was.get(p, 0.0)) / seconds for p, cpu_s in by_process(after).items()}
     busy["total"] = sum(busy.values())
     return busy

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from vla_server.multimodal.image_decode import RgbFrame, as_pixels
-from vla_server.multimodal.resize import settings_digest
+from vla_server.multimodal.preprocess_config import settings_digest
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,11 @@ Keys missing from the file take the defaults of the ``transformers`` class; an i
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from vla_server.multimodal.resize import settings_digest
+import xxhash
 
 # Mean/std constants of transformers.image_utils.
 _IMAGENET_STANDARD = (0.5, 0.5, 0.5)
@@ -86,6 +86,17 @@ class PreprocessConfig:
             image_mean=_triple(cfg["image_mean"], "image_mean") if do_normalize else None,
             image_std=_triple(cfg["image_std"], "image_std") if do_normalize else None,
         )
+
+
+def settings_digest(settings: Any, prefix: bytes = b"") -> bytes:
+    """16 bytes that change whenever any of a settings dataclass's fields change (xxh3-128 of its
+    canonical JSON). A ``pil`` backend is left out, so the hashes of PIL-resized frames stay those
+    that clients already hold."""
+    fields = asdict(settings)
+    if fields.get("resize_backend") == "pil":
+        del fields["resize_backend"]
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+    return xxhash.xxh3_128_digest(prefix + canonical.encode())
 
 
 def read_image_processor_dict(folder: Path) -> dict[str, Any]:

@@ -27,7 +27,8 @@ from PIL import Image
 
 from vla_server.multimodal.image_decode import RgbFrame, as_pil
 from vla_server.multimodal.preprocess import short_side_hw
-from vla_server.multimodal.resize import resize_rgb, settings_digest
+from vla_server.multimodal.preprocess_config import settings_digest
+from vla_server.multimodal.resize import resize_rgb
 from vla_server.multimodal.value_tables import look_up, value_tables
 
 PRISMATIC_PROCESSOR = "PrismaticImageProcessor"

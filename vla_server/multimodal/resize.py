@@ -9,21 +9,18 @@
   enlarging noise-like content differed by up to 21 levels in the tests. Filters the kernel does
   not have (nearest, box, hamming, lanczos) resize with PIL on both.
 
-Settings objects carry the backend as ``resize_backend``; ``settings_digest`` scopes image hashes
-to it, so frames resized one way are never served from a cache filled the other way.
+Settings objects carry the backend as ``resize_backend``, and their digest
+(``preprocess_config.settings_digest``) scopes image hashes to it, so frames resized one way are
+never served from a cache filled the other way.
 """
 
 from __future__ import annotations
 
-import json
 import warnings
-from dataclasses import asdict
-from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-import xxhash
 
 from vla_server.multimodal.image_decode import RgbFrame, as_pil, as_pixels
 
@@ -51,14 +48,3 @@ def _torch_resize(pixels: np.ndarray, hw: tuple[int, int], mode: str) -> np.ndar
         antialias=True,
     )
     return out[0].permute(1, 2, 0).numpy()
-
-
-def settings_digest(settings: Any, prefix: bytes = b"") -> bytes:
-    """16 bytes that change whenever any of a settings dataclass's fields change (xxh3-128 of its
-    canonical JSON). A ``pil`` backend is left out, so the hashes of PIL-resized frames stay those
-    that clients already hold."""
-    fields = asdict(settings)
-    if fields.get("resize_backend") == "pil":
-        del fields["resize_backend"]
-    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
-    return xxhash.xxh3_128_digest(prefix + canonical.encode())
