@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from vla_server.multimodal.image_decode import RgbFrame, as_pil
+from vla_server.multimodal.image_decode import RgbFrame, as_pil, frame_hw
 from vla_server.multimodal.preprocess import short_side_hw
 from vla_server.multimodal.preprocess_config import settings_digest
 from vla_server.multimodal.resize import resize_rgb
@@ -111,9 +111,9 @@ def _triple(values: Any, name: str) -> tuple[float, float, float]:
 
 def prismatic_preprocess(pixels: RgbFrame, cfg: PrismaticPreprocess) -> np.ndarray:
     """``pixels``: uint8 ``[H, W, 3]`` RGB -> C-contiguous float32 ``[3 * towers, H', W']``."""
-    image = as_pil(pixels)
+    image = pixels
     if cfg.letterbox_fill is not None:
-        image = _letterbox(image, cfg.letterbox_fill)
+        image = _letterbox(as_pil(pixels), cfg.letterbox_fill)
     # OpenVLA's two towers resize alike: resize once, normalise twice.
     crops: dict[tuple[object, ...], np.ndarray] = {}
     out = np.empty((3 * len(cfg.towers), *cfg.towers[0].crop_hw), dtype=np.float32)
@@ -146,9 +146,10 @@ def _letterbox(image: Image.Image, fill: tuple[int, int, int]) -> Image.Image:
     return out
 
 
-def _resized_crop(image: Image.Image, t: TowerTransform, backend: str) -> np.ndarray:
-    """Resized and center-cropped: uint8 ``[H', W', 3]``."""
-    w, h = image.size
+def _resized_crop(image: RgbFrame, t: TowerTransform, backend: str) -> np.ndarray:
+    """Resized and center-cropped: uint8 ``[H', W', 3]`` (either backend takes an array or a
+    PIL image as it is)."""
+    h, w = frame_hw(image)
     out_hw = t.size if isinstance(t.size, tuple) else short_side_hw(h, w, t.size)
     return _center_crop(resize_rgb(image, out_hw, t.resample, backend), t.crop_hw)
 
