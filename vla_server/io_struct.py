@@ -74,9 +74,9 @@ class TokenizedGenerateReqInput(_Msg):
     top_logprobs_num: int = 0
     stream: bool = False
     mm_items: list[MMItem] = []
-    num_actions: int = 0  # > 0: sampling is constrained to action-bin tokens
+    num_actions: int = 0  # > 0: an action request (the family's head decides what runs)
     unnorm_key: str | None = None
-    priority: int | None = None
+    priority: int = 0  # resolved by the main process (the request's, else the node default)
     deadline: float | None = None  # seconds since the epoch by which the request must finish
     supersede: bool = False  # cancel this session's older waiting request
     session_id: str | None = None  # the robot/episode identity (no prompt rewriting)
@@ -86,9 +86,9 @@ class TokenizedGenerateReqInput(_Msg):
     # `position_shift` (openpi's decode convention: 1). 0/0 for causal models.
     prefix_lm_len: int = 0
     position_shift: int = 0
-    relaxed_actions: bool = False  # FAST: LeRobot's pad/truncate decoding instead of an error
-    # pi0: the normalised, zero-padded robot state [max_state_dim] of its state token.
-    action_state: Tensor | None = None
+    relaxed_decoding: bool = False  # token chunks: LeRobot's pad/truncate decoding, not an error
+    # The normalised, zero-padded robot state an action head reads beside the prompt.
+    state: Tensor | None = None
 
 
 class BatchTokenizedGenerateReqInput(_Msg):
@@ -158,6 +158,33 @@ class RpcReply(_Msg):
     data: dict[str, Any] = {}
 
 
+# ---- Readiness (scheduler -> launcher -> main process and detokenizer) ----------------------
+
+
+class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """What the scheduler reports once its model is loaded: the family it detected (the other
+    processes build the same family from it) and the limits every process needs."""
+
+    family: str
+    model_path: str
+    architecture: str
+    context_len: int
+    vocab_size: int
+    hidden_size: int
+    max_total_num_tokens: int
+    device: str
+    dtype: str
+    attention_backend: str
+    image_token_id: int | None = None
+    num_image_tokens: int = 0
+
+    def server_info(self) -> dict[str, Any]:
+        """The fields `/server_info` and `/model_info` report (SGLang's names)."""
+        out = msgspec.to_builtins(self)
+        out["architectures"] = [out.pop("architecture")]
+        return out
+
+
 # ---- Finish reasons -------------------------------------------------------------------------
 # One tagged union, made in the scheduler (the detokenizer adds action_error) and turned into
 # SGLang's JSON (`{"type": "length", "length": 8}`) once, at the HTTP edge (`finish_json`).
@@ -201,8 +228,20 @@ class FinishActionError(_Finish, tag="action_error"):
     message: str
 
 
+class FinishActions(_Finish, tag="actions"):
+    """A denoised chunk is complete (no tokens were generated)."""
+
+    steps: int  # the denoising steps it took
+
+
 FinishReason = (
-    FinishLength | FinishStop | FinishAbort | FinishSuperseded | FinishDeadline | FinishActionError
+    FinishLength
+    | FinishStop
+    | FinishAbort
+    | FinishSuperseded
+    | FinishDeadline
+    | FinishActionError
+    | FinishActions
 )
 
 
@@ -260,15 +299,15 @@ class BatchTokenIDOutput(_Msg):
     metas: list[ReqOutputMeta]
     logprobs: list[Logprobs | None]
     stats: SchedulerStats
-    action_keys: list[str | None] = []  # per request: its unnorm key, when it decodes actions
+    unnorm_keys: list[str | None] = []  # per request: its unnorm key, when it decodes actions
     wants_actions: list[bool] = []
     no_stop_trim: list[bool] = []  # per request: keep the matched stop string/token in the text
     spaces_between_special_tokens: list[bool] = []
-    action_counts: list[int] = []  # per request: actions it asked for (a FAST chunk's first n)
-    relaxed_actions: list[bool] = []  # per request: FAST pad/truncate decoding
-    # per request: a pi0 / pi0.5 request's denoised chunk [chunk_size, max_action_dim] (float32,
-    # normalised, padded) once it is finished; None otherwise
-    action_chunks: list[Tensor | None] = []
+    num_actions: list[int] = []  # per request: actions it asked for (a chunk's first n)
+    relaxed_decoding: list[bool] = []  # per request: pad/truncate decoding of a token chunk
+    # per request: a denoising request's chunk [chunk_size, width] (float32, normalised, padded)
+    # once it is finished; None otherwise
+    chunks: list[Tensor | None] = []
 
 
 class BatchStrOutput(_Msg):
@@ -301,6 +340,7 @@ rpc_request_decoder = decoder_for(RpcRequest)
 rpc_reply_decoder = decoder_for(RpcReply)
 detokenizer_input_decoder = decoder_for(BatchTokenIDOutput)
 tokenizer_input_decoder = decoder_for(BatchStrOutput)
+model_info_decoder = decoder_for(ModelInfo)
 
 _WireError = (msgspec.DecodeError, msgspec.ValidationError)
 _log = logging.getLogger(__name__)

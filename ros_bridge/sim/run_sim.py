@@ -4,8 +4,8 @@ Two nodes share one process on the shim's in-process transport (as `replay` does
 simulated robot (joint states and cameras out, commands in; ros_bridge.sim.sim_robot) and
 VlaBridgeNode with its chunk executor in lockstep with the robot's joint states. The server is
 whatever `--server-url` points at; with the demo model it is the ALOHA variant
-(`vla-server serve --model-path "$(python -m vla_server.model.demo aloha)"`), whose actions are
-the arms' 14 joint targets.
+(`vla-server serve --model-path "$(python -m vla_server.policies.llava.demo aloha)"`),
+whose actions are the arms' 14 joint targets.
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ import pytest
 from ros_bridge.bench_bridge import direct_first_action_ms, distinct_frames, flush_cache
 from ros_bridge.replay import ReplayConfig, run_replay, write_report
 from ros_bridge.replay_plot import plot_report
-from tests.helpers.paths import BAG
-from tests.helpers.server import run_server
+from tests.support.paths import BAG
+from tests.support.server import run_server
 
 BASELINE = Path(__file__).with_name("bridge_replay_baseline.json")
 RAW_STEP_FRAMES = 10

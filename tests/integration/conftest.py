@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers.server import module_server
-from tests.tiny_checkpoints import make_llama
+from tests.support.server import module_server
+from tests.support.tiny_checkpoints import make_llama
 
 
 @pytest.fixture(scope="module")

@@ -14,17 +14,17 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.helpers.actions import (
+from tests.support.actions import (
     bin_range,
     demo_path,
     instruction_messages,
     openvla_decode,
     read_action_config,
 )
-from tests.helpers.images import png_base64, random_rgb
-from tests.helpers.server import module_server, wait_idle
-from tests.helpers.sse import sse_events
-from tests.hf_reference import HFLlava
+from tests.support.hf_reference import HFLlava
+from tests.support.images import png_base64, random_rgb
+from tests.support.server import module_server, wait_idle
+from tests.support.sse import sse_events
 
 INSTRUCTION = "pick up the red block"
 

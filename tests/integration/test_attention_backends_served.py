@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.helpers.server import run_server
+from tests.support.server import run_server
 
 pytest.importorskip("triton")
 

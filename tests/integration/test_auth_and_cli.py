@@ -18,11 +18,11 @@ import websockets.sync.client
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from websockets.exceptions import InvalidStatus
 
-from tests.helpers.server import ServerProcess, run_server
+from tests.support.server import ServerProcess, run_server
 from vla_server.config import FrontendConfig, ServerArgs
 from vla_server.frontend.auth import OPEN_PATHS
 from vla_server.frontend.http_server import create_app
-from vla_server.model.demo import demo_model_path
+from vla_server.policies.llava.demo import demo_model_path
 
 websocket_client_policy = pytest.importorskip("openpi_client.websocket_client_policy")
 

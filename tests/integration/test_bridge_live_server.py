@@ -36,8 +36,8 @@ from ros_bridge.frame_input import PreparedImage, prepare_image
 from ros_bridge.replay import camera_msg
 from ros_bridge.shim.transport.dds import LOOPBACK_CONFIG
 from ros_bridge.stream_client import VlaStreamClient
-from tests.helpers.paths import BAG, REPO
-from tests.helpers.server import run_server
+from tests.support.paths import BAG, REPO
+from tests.support.server import run_server
 
 
 @pytest.fixture(scope="module")

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.server import run_server
-from tests.helpers.sse import sse_events
-from vla_server.model.demo import demo_model_path
+from tests.support.server import run_server
+from tests.support.sse import sse_events
+from vla_server.policies.llava.demo import demo_model_path
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "client_requests"
 TOOLS = sorted(p.stem for p in FIXTURES.glob("*.json"))

@@ -9,9 +9,9 @@ import threading
 import time
 from collections.abc import AsyncIterator
 
-from tests.helpers.server import run_server
-from tests.hf_reference import hf_greedy
-from tests.tiny_checkpoints import make_llama
+from tests.support.hf_reference import hf_greedy
+from tests.support.server import run_server
+from tests.support.tiny_checkpoints import make_llama
 
 GREEDY = {"temperature": 0, "max_new_tokens": 16, "ignore_eos": True}
 PROMPT = [85, 289, 430, 391, 422, 408]

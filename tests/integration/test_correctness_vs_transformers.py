@@ -11,8 +11,8 @@ import warnings
 import pytest
 import torch
 
-from tests.helpers.server import run_server
-from tests.tiny_checkpoints import make_llama, make_qwen2
+from tests.support.server import run_server
+from tests.support.tiny_checkpoints import make_llama, make_qwen2
 
 NEW_TOKENS = 64
 LOGPROB_TOL = 1e-3

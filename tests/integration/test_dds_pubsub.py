@@ -1,6 +1,6 @@
 """Two processes exchange 640x480 rgb8 Images over the shim's DDS transport on loopback.
 
-The subscriber is a child process (tests/integration/dds_peer.py). Every frame must arrive with
+The subscriber is a child process (tests/support/dds_peer.py). Every frame must arrive with
 all fields intact (checked against the sender's own values and a SHA-256 of the pixels); the
 one-way latency (subscriber callback time minus header stamp) is recorded, not asserted: printed
 (`pytest -s`), a `record_property` (junit XML) and `dds_latency.json` in the test's tmp folder.
@@ -51,7 +51,7 @@ def peer(dds_env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[str], int, 
     cmd = [
         sys.executable,
         "-m",
-        "tests.integration.dds_peer",
+        "tests.support.dds_peer",
         "--domain",
         str(domain),
         "--topic",

@@ -36,7 +36,7 @@ from ros_bridge.shim.rclpy.node import Node
 from ros_bridge.shim.rclpy.qos import qos_profile_sensor_data
 from ros_bridge.shim.sensor_msgs.msg import Image
 from ros_bridge.shim.transport.dds import LOOPBACK_CONFIG
-from tests.helpers.waiting import wait_until
+from tests.support.waiting import wait_until
 
 IMAGE_HASH = "RIHS01_d31d41a9a4c4bc8eae9be757b0beed306564f7526c88ea6a4588fb9582527d47"
 

@@ -16,7 +16,7 @@ import time
 import httpx
 import pytest
 
-from tests.helpers.async_node import (
+from tests.support.async_node import (
     body,
     finish_type,
     json_of,
@@ -27,7 +27,7 @@ from tests.helpers.async_node import (
     wait_idle,
     wait_pending,
 )
-from tests.helpers.server import run_server
+from tests.support.server import run_server
 
 NEW = 200
 

@@ -13,11 +13,11 @@ import time
 import httpx
 import pytest
 
-from tests.helpers.actions import PROMPT
-from tests.helpers.images import image_payload, random_rgb
-from tests.helpers.sse import sse_events
+from tests.support.actions import PROMPT
+from tests.support.images import image_payload, random_rgb
+from tests.support.sse import sse_events
 from vla_server.fleet import Fleet, running_fleet
-from vla_server.model.demo import demo_model_path
+from vla_server.policies.llava.demo import demo_model_path
 
 pytest.importorskip("sglang_router", reason="pip install sglang-router==0.3.2 (the test extra)")
 

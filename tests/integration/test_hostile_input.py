@@ -25,9 +25,9 @@ import psutil
 import pytest
 import websockets
 
-from tests.helpers.images import image_payload, random_rgb
-from tests.helpers.server import idle_state, run_server
-from vla_server.model.demo import demo_model_path
+from tests.support.images import image_payload, random_rgb
+from tests.support.server import idle_state, run_server
+from vla_server.policies.llava.demo import demo_model_path
 
 DEEP = 10_000
 BIG = 10**20  # beyond int64 and uint64

@@ -9,8 +9,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.helpers.server import idle_state
-from tests.helpers.sse import sse_events
+from tests.support.server import idle_state
+from tests.support.sse import sse_events
 
 GREEDY = {"temperature": 0, "max_new_tokens": 12, "ignore_eos": True}
 

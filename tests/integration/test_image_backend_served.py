@@ -10,11 +10,11 @@ import dataclasses
 import pytest
 import torch
 
-from tests.helpers.images import image_payload, random_rgb, smooth_rgb
-from tests.helpers.server import run_server
-from tests.helpers.torchvision_backend import torchvision_backend
-from tests.hf_reference import HFLlava, assert_same_greedy
-from tests.tiny_checkpoints import make_llava
+from tests.support.hf_reference import HFLlava, assert_same_greedy
+from tests.support.images import image_payload, random_rgb, smooth_rgb
+from tests.support.server import run_server
+from tests.support.tiny_checkpoints import make_llava
+from tests.support.torchvision_backend import torchvision_backend
 from vla_server.multimodal.image_hash import format_mm_hash, image_hash
 from vla_server.multimodal.preprocess_config import PreprocessConfig
 

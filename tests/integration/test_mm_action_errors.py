@@ -19,11 +19,11 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.helpers.actions import openvla_decode, read_action_config
-from tests.helpers.images import png_base64, random_rgb
-from tests.helpers.server import run_server, wait_idle
-from tests.helpers.sse import sse_events, stream_generate
-from vla_server.model.demo import demo_model_path
+from tests.support.actions import openvla_decode, read_action_config
+from tests.support.images import png_base64, random_rgb
+from tests.support.server import run_server, wait_idle
+from tests.support.sse import sse_events, stream_generate
+from vla_server.policies.llava.demo import demo_model_path
 
 BAD_KEY, BAD_DIM = "nan_arm", 2
 NUM_ACTIONS = 3

@@ -1,6 +1,6 @@
 """Action decoding through the server on the demo VLA, against OpenVLA's published formula.
 
-The reference (`tests.helpers.actions.openvla_actions`) is written from OpenVLA's
+The reference (`tests.support.actions.openvla_actions`) is written from OpenVLA's
 `ActionTokenizer.decode_token_ids_to_actions` and `OpenVLAForActionPrediction.predict_action`.
 `vocab_size` is the tokenizer's size (`len(tokenizer)`: the demo's bins are its last ids), read
 from the folder with transformers, and the statistics are read from the folder's
@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.helpers.actions import Demo, openvla_actions
-from tests.helpers.server import metric_value, run_server
-from tests.helpers.sse import stream_generate
-from vla_server.model.demo import demo_model_path
+from tests.support.actions import Demo, openvla_actions
+from tests.support.server import metric_value, run_server
+from tests.support.sse import stream_generate
+from vla_server.policies.llava.demo import demo_model_path
 
 UNNORM_KEYS = ["demo_arm", "aloha_left"]
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.images import image_payload, random_rgb
-from tests.helpers.mm_sources import delta, image_sources, sources
-from tests.helpers.server import run_server
-from tests.hf_reference import HFLlava, assert_same_greedy
-from vla_server.model.demo import demo_model_path
+from tests.support.hf_reference import HFLlava, assert_same_greedy
+from tests.support.images import image_payload, random_rgb
+from tests.support.mm_sources import delta, image_sources, sources
+from tests.support.server import run_server
+from vla_server.policies.llava.demo import demo_model_path
 
 CHUNK = 64
 NEW_TOKENS = 32

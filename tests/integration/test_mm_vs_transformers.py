@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.helpers.images import image_payload, random_rgb
-from tests.helpers.server import run_server
-from tests.hf_reference import TIE_GAP, HFLlava, assert_same_greedy, greedy_ids
-from tests.tiny_checkpoints import make_llava
+from tests.support.hf_reference import TIE_GAP, HFLlava, assert_same_greedy, greedy_ids
+from tests.support.images import image_payload, random_rgb
+from tests.support.server import run_server
+from tests.support.tiny_checkpoints import make_llava
 
 NEW_TOKENS = 32
 CHECKPOINTS = {

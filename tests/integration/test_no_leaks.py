@@ -14,14 +14,14 @@ import httpx
 import psutil
 import pytest
 
-from tests.helpers.async_node import (
+from tests.support.async_node import (
     internal,
     pause,
     resume,
     wait_pending,
     wait_until,
 )
-from tests.helpers.server import idle_state, metric_sum, running_reqs
+from tests.support.server import idle_state, metric_sum, running_reqs
 
 BAD_BODIES = [
     {"text": "a", "sampling_params": {"top_p": 2}},

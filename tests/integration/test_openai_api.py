@@ -13,10 +13,10 @@ import httpx
 import openai
 import pytest
 
-from tests.helpers.actions import demo_path
-from tests.helpers.images import png_base64, random_rgb
-from tests.helpers.server import module_server, wait_idle
-from tests.hf_reference import HFLlava
+from tests.support.actions import demo_path
+from tests.support.hf_reference import HFLlava
+from tests.support.images import png_base64, random_rgb
+from tests.support.server import module_server, wait_idle
 
 server = module_server()
 

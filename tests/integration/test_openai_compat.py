@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from tests.helpers.sse import sse_events
+from tests.support.sse import sse_events
 
 GREEDY = {"temperature": 0, "ignore_eos": True}
 TOL = 1e-4  # the same logits up to the batch they were computed in (prefix cache, batch size)

@@ -16,16 +16,16 @@ import numpy as np
 import pytest
 import websockets.sync.client
 
-from tests.helpers.actions import (
+from tests.support.actions import (
     bin_range,
     demo_path,
     instruction_messages,
     openvla_decode,
     read_action_config,
 )
-from tests.helpers.images import png_base64, random_rgb
-from tests.helpers.server import module_server
-from tests.hf_reference import HFLlava
+from tests.support.hf_reference import HFLlava
+from tests.support.images import png_base64, random_rgb
+from tests.support.server import module_server
 
 websocket_client_policy = pytest.importorskip("openpi_client.websocket_client_policy")
 action_chunk_broker = pytest.importorskip("openpi_client.action_chunk_broker")

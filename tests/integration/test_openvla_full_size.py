@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.helpers.images import png_base64, random_rgb
-from tests.helpers.server import run_server
-from vla_server.bench.prismatic_ref.oracle_env import build_openvla_checkpoint, reference_predict
+from tests.support.images import png_base64, random_rgb
+from tests.support.prismatic_ref.oracle_env import build_openvla_checkpoint, reference_predict
+from tests.support.server import run_server
 from vla_server.config import default_torch_threads
 
 pytestmark = pytest.mark.slow

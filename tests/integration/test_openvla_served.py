@@ -18,10 +18,10 @@ import itertools
 import numpy as np
 import pytest
 
-from tests.helpers.images import png_base64, random_rgb
-from tests.helpers.mm_sources import delta, image_sources, sources
-from tests.helpers.server import module_server
-from vla_server.bench.prismatic_ref.oracle_env import build_openvla_checkpoint, reference_predict
+from tests.support.images import png_base64, random_rgb
+from tests.support.mm_sources import delta, image_sources, sources
+from tests.support.prismatic_ref.oracle_env import build_openvla_checkpoint, reference_predict
+from tests.support.server import module_server
 
 KEYS = ("bridge_orig", "fractal20220817_data")
 INSTRUCTIONS = ("pick up the red block", "Open the top drawer")

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file, save_file
 
-from tests.helpers.server import run_server
-from vla_server.bench.prismatic_ref.oracle_env import build_openvla_checkpoint
+from tests.support.prismatic_ref.oracle_env import build_openvla_checkpoint
+from tests.support.server import run_server
 
 TINY = {"backbone": "dinosiglip-vit-so-224px", "towers": "tiny", "norm_keys": "bridge_orig"}
 MISSING = "vision_backbone.fused_featurizer.blocks.1.attn.qkv.weight"

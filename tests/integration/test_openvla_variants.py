@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import vla_server
-from tests.helpers.images import png_base64, random_rgb
-from vla_server.bench.prismatic_ref.oracle_env import build_openvla_checkpoint, reference_predict
+from tests.support.images import png_base64, random_rgb
+from tests.support.prismatic_ref.oracle_env import build_openvla_checkpoint, reference_predict
 
 FRAMES = [random_rgb(224, 224, seed=11), random_rgb(360, 640, seed=12)]
 INSTRUCTION = "put the carrot in the sink"

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers.async_node import (
+from tests.support.async_node import (
     POLL_TIMEOUT_S,
     body,
     internal,
@@ -26,7 +26,7 @@ from tests.helpers.async_node import (
     resume,
     wait_idle,
 )
-from tests.helpers.server import run_server
+from tests.support.server import run_server
 
 NEW = 400  # long enough to be caught running (context 512)
 PROMPTS = [[30 + i, 41, 52, 63 + i] for i in range(3)]

@@ -1,9 +1,9 @@
 """pi0 and pi0.5 served unchanged, against independent references.
 
-pi0: the tiny LeRobot-layout checkpoint (`vla_server.bench.pi0_checkpoint`, two cameras, a
+pi0: the tiny LeRobot-layout checkpoint (`vla_server.policies.pi0.tiny`, two cameras, a
 4-dim state, chunks of 4 x 3 actions, 10 Euler steps) through `/v1/actions`, against
 transformers' own `PI0ForConditionalGeneration.sample_actions` built from the same files
-(`tests/pi0_reference.py`) with the same seeded noise; the test normalises the state and
+(`tests/support/pi0_reference.py`) with the same seeded noise; the test normalises the state and
 unnormalises the chunk itself, from the statistics files, with LeRobot's mean-std formulas.
 12 cases: 3 camera sets (two cameras twice, the base camera alone) x 2 instructions x 2 states.
 
@@ -23,13 +23,13 @@ import pytest
 import torch
 from safetensors.numpy import load_file
 
-from tests import pi0_reference as ref
-from tests.helpers.images import png_base64, random_rgb
-from tests.helpers.server import module_server
-from tests.pi0fast_reference import lerobot_pixels
-from vla_server.bench.pi0_checkpoint import CHUNK, MAX_DIM, pi0_model_path
-from vla_server.bench.pi0fast_checkpoint import ACTION_DIM, CAMERAS, IMAGE_SIZE
+from tests.support import pi0_reference as ref
+from tests.support.images import png_base64, random_rgb
+from tests.support.pi0fast_reference import lerobot_pixels
+from tests.support.server import module_server
 from vla_server.model.tokenizer import load_tokenizer
+from vla_server.policies.pi0.tiny import CHUNK, MAX_DIM, pi0_model_path
+from vla_server.policies.pi0fast.tiny import ACTION_DIM, CAMERAS, IMAGE_SIZE
 
 CAMERA_SETS = [
     {CAMERAS[0]: random_rgb(40, 60, seed=1), CAMERAS[1]: random_rgb(28, 28, seed=2)},

@@ -1,10 +1,11 @@
 """A pi0-FAST checkpoint in LeRobot's layout, served unchanged, against transformers' PaliGemma.
 
-The checkpoint is the tiny one `vla_server.bench.pi0fast_checkpoint` writes (two cameras, a
+The checkpoint is the tiny one `vla_server.policies.pi0fast.tiny` writes (two cameras, a
 4-dim state, chunks of 4 x 3 actions, FAST and PaliGemma-like tokenizers). The reference
-(`tests/pi0fast_reference.py`) is transformers' `PaliGemmaForConditionalGeneration` built from
-the same files, greedy with the prompt prefix marked by `token_type_ids`, restricted to the
-same tokens the node allows an action request (FAST tokens, `|`, EOS), and an independent FAST
+(`tests/support/pi0fast_reference.py`) is transformers' `PaliGemmaForConditionalGeneration`
+built from the same files, greedy with the prompt prefix marked by `token_type_ids`, restricted
+to the same tokens the node allows an action request (FAST tokens, `|`, EOS), and an
+independent FAST
 decoder (tokenizers BPE, scipy's inverse DCT, LeRobot's unnormaliser). 12 cases: 2 frame pairs
 x 3 instructions x 2 states. The random weights seldom end a chunk with `|` after exactly
 4 x 3 coefficients, so the cases ask for LeRobot's relaxed decoding; strict decoding of the same
@@ -20,11 +21,12 @@ import numpy as np
 import pytest
 import torch
 
-from tests import pi0fast_reference as ref
-from tests.helpers.images import png_base64, random_rgb
-from tests.helpers.server import module_server
-from tests.helpers.sse import stream_generate
-from vla_server.bench.pi0fast_checkpoint import (
+from tests.support import pi0fast_reference as ref
+from tests.support.images import png_base64, random_rgb
+from tests.support.server import module_server
+from tests.support.sse import stream_generate
+from vla_server.model.tokenizer import load_tokenizer
+from vla_server.policies.pi0fast.tiny import (
     CAMERAS,
     FAST_VOCAB,
     IMAGE_SIZE,
@@ -32,7 +34,6 @@ from vla_server.bench.pi0fast_checkpoint import (
     SKIP,
     pi0fast_model_path,
 )
-from vla_server.model.tokenizer import load_tokenizer
 
 FRAMES = [
     (random_rgb(40, 60, seed=1), random_rgb(28, 28, seed=2)),

@@ -21,7 +21,7 @@ import asyncio
 import httpx
 import pytest
 
-from tests.helpers.async_node import (
+from tests.support.async_node import (
     POLL_TIMEOUT_S,
     body,
     finish_type,
@@ -32,7 +32,7 @@ from tests.helpers.async_node import (
     stream_until_done,
     wait_idle,
 )
-from tests.helpers.server import run_server
+from tests.support.server import run_server
 
 LOW_NEW = 96
 LOWS = [[20 + i, 31, 47, 52 + i, 60] for i in range(3)]

@@ -19,7 +19,7 @@ import asyncio
 
 import pytest
 
-from tests.helpers.async_node import (
+from tests.support.async_node import (
     POLL_TIMEOUT_S,
     body,
     finish_type,
@@ -31,7 +31,7 @@ from tests.helpers.async_node import (
     stream_until_done,
     wait_idle,
 )
-from tests.helpers.server import run_server
+from tests.support.server import run_server
 
 LOW_NEW = 440  # long enough to keep the 4 slots busy while the test acts (context 512)
 LOWS = [[20 + i, 31, 47, 52 + i, 60] for i in range(4)]

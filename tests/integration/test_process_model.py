@@ -21,7 +21,7 @@ import psutil
 import pytest
 import zmq
 
-from tests.helpers.server import ServerProcess, run_server, running_reqs
+from tests.support.server import ServerProcess, run_server, running_reqs
 from vla_server.entrypoints.engine import StartupError, wait_for_ready
 
 ARGS = ("--max-total-tokens", "2048")

@@ -1,7 +1,7 @@
 """The bridge as a citizen of the ROS 2 graph, seen by a ROS 2 node written without the shim.
 
 `vla-bridge run` runs in its own process on the shim's DDS transport (no server is up, so it
-reports the server unavailable, which does not matter here); tests/integration/ros2_peer.py plays
+reports the server unavailable, which does not matter here); tests/support/ros2_peer.py plays
 a ROS 2 node (plain cyclonedds, rmw_cyclonedds' wire conventions, types written from the
 .msg/.srv files and checked against rosbags in tests/unit/test_ros2_peer_types.py). Everything
 runs on loopback with multicast off, in a random domain.
@@ -30,8 +30,8 @@ from ros_bridge.shim import rclpy
 from ros_bridge.shim.rclpy.context import Context
 from ros_bridge.shim.rclpy.node import Node
 from ros_bridge.shim.transport.dds import LOOPBACK_CONFIG
-from tests.helpers.paths import REPO
-from tests.helpers.waiting import wait_until
+from tests.support.paths import REPO
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(
     not compat.USING_SHIM, reason="the shim's DDS transport is under test"
@@ -80,7 +80,7 @@ def _free_port() -> int:
 
 def _start_peer(env: dict[str, str], domain: int) -> Peer:
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.integration.ros2_peer", "--domain", str(domain)],
+        [sys.executable, "-m", "tests.support.ros2_peer", "--domain", str(domain)],
         cwd=REPO,
         env=env,
         stdin=subprocess.PIPE,

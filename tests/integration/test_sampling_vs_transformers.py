@@ -2,7 +2,8 @@
 `generate` on the tiny Llama (fp32, greedy): the same tokens, and logprobs (of the adjusted
 logits, SGLang's convention; transformers' processed scores) within 1e-3. transformers has no
 frequency/presence processor: the reference applies OpenAI's formula itself on its logits.
-A greedy divergence is excused only at a near-tie of the reference (tests/hf_reference.py)."""
+A greedy divergence is excused only at a near-tie of the reference
+(tests/support/hf_reference.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from transformers import (
     SequenceBiasLogitsProcessor,
 )
 
-from tests.hf_reference import assert_same_greedy, causal_lm
+from tests.support.hf_reference import assert_same_greedy, causal_lm
 from vla_server.model.config import load_model_config
 
 NEW = 24

@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from tests.helpers.server import run_server
+from tests.support.server import run_server
 
 NEW = 24
 # Lengths from 1 to ~250 tokens, with shared prefixes so the radix cache has work to do.

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import torch
 
-from tests.helpers.async_node import meta
-from tests.helpers.server import idle_state, run_server
-from tests.hf_reference import causal_lm, greedy_ids
-from tests.tiny_checkpoints import SPECIAL_TOKENS
+from tests.support.async_node import meta
+from tests.support.hf_reference import causal_lm, greedy_ids
+from tests.support.server import idle_state, run_server
+from tests.support.tiny_checkpoints import SPECIAL_TOKENS
 
 PROMPT = [85, 289, 430, 391, 422, 408]
 KV_POOL = 300

@@ -16,11 +16,11 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.helpers.actions import Demo, openvla_actions
-from tests.helpers.async_node import body, finish_type, internal, json_of, meta, metric
-from tests.helpers.server import run_server
-from tests.hf_reference import causal_lm, greedy_ids
-from vla_server.model.demo import demo_model_path
+from tests.support.actions import Demo, openvla_actions
+from tests.support.async_node import body, finish_type, internal, json_of, meta, metric
+from tests.support.hf_reference import causal_lm, greedy_ids
+from tests.support.server import run_server
+from vla_server.policies.llava.demo import demo_model_path
 
 NEW = 16
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.helpers.actions import PROMPT, Demo, openvla_actions
-from tests.helpers.images import image_payload, random_rgb
-from tests.helpers.server import run_server, wait_idle
-from tests.helpers.sse import stream_generate
-from vla_server.model.demo import demo_model_path
+from tests.support.actions import PROMPT, Demo, openvla_actions
+from tests.support.images import image_payload, random_rgb
+from tests.support.server import run_server, wait_idle
+from tests.support.sse import stream_generate
+from vla_server.policies.llava.demo import demo_model_path
 
 DEFAULT_ACTIONS, DEFAULT_KEY = 2, "aloha_left"
 ROBOT_FLAGS = (

@@ -14,9 +14,9 @@ from typing import Any
 
 import httpx
 
-from tests.helpers.async_node import POLL_TIMEOUT_S, body, metric
-from tests.helpers.server import idle_state, metric_sum, module_server
-from tests.tiny_checkpoints import make_llama
+from tests.support.async_node import POLL_TIMEOUT_S, body, metric
+from tests.support.server import idle_state, metric_sum, module_server
+from tests.support.tiny_checkpoints import make_llama
 from vla_server.bench.soak_traffic import SlowlorisResult, slowloris
 
 # A context long enough that the never-read stream cannot run to its end before it is cut off.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import stat
 
-from tests.helpers.server import run_server
+from tests.support.server import run_server
 
 
 def test_the_next_node_removes_a_killed_nodes_ipc_dir(tmp_path_factory):

@@ -13,7 +13,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.helpers.server import ServerProcess, run_server
+from tests.support.server import ServerProcess, run_server
 
 TIMEOUT_S = 3  # short, so the test is quick; an idle child beats every second
 ARGS = ("--max-total-tokens", "2048", "--watchdog-timeout", str(TIMEOUT_S))

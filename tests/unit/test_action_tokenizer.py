@@ -20,7 +20,7 @@ import torch
 from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast
 
-from vla_server.multimodal.action_tokenizer import ActionDecodeError, ActionTokenizer
+from vla_server.policies.bin_actions.action_tokenizer import ActionDecodeError, ActionTokenizer
 
 BASE_VOCAB = 600  # tokenizer.vocab_size
 ADDED = ["<image>", "<pad>"]  # added tokens: ids 600, 601 -> len(tokenizer) == 602
@@ -284,7 +284,7 @@ def test_openvla_config_keys_must_agree_on_the_dimension(tmp_path: Path):
 
 
 def test_a_failed_action_stream_stays_failed_until_the_request_finishes(tmp_path: Path):
-    from vla_server.detokenizer.action_detokenizer import ActionDetokenizer
+    from vla_server.policies.bin_actions.detokenizer import ActionDetokenizer
 
     q01 = list(Q01)
     q01[2] = math.nan

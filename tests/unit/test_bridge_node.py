@@ -24,8 +24,8 @@ from ros_bridge.compat import (
     sensor_msgs,
     trajectory_msgs,
 )
-from tests.helpers.waiting import Spinning
-from tests.unit.bridge_fakes import FakeServer
+from tests.support.bridge_fakes import FakeServer
+from tests.support.waiting import Spinning
 
 Parameter = rclpy.parameter.Parameter
 PIXELS = np.random.default_rng(3).integers(0, 256, size=(8, 10, 3), dtype=np.uint8)

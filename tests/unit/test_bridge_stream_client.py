@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from ros_bridge.stream_client import Backoff, RequestRejected, ServerUnavailable, VlaStreamClient
-from tests.unit.bridge_fakes import FakeServer
+from tests.support.bridge_fakes import FakeServer
 
 
 async def collect(client: VlaStreamClient, body: dict) -> list:

@@ -15,7 +15,7 @@ from ros_bridge.late_policy import LateCommand, OnLate
 from ros_bridge.latency_monitor import LatencyMonitor, Level
 from ros_bridge.request_body import RequestSettings
 from ros_bridge.stream_client import Backoff
-from tests.unit.bridge_fakes import DIGEST_HEX, FakeServer, RecordingSink
+from tests.support.bridge_fakes import DIGEST_HEX, FakeServer, RecordingSink
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:

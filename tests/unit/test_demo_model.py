@@ -17,8 +17,8 @@ import torch
 from PIL import Image
 from transformers import AutoProcessor, AutoTokenizer, LlavaForConditionalGeneration
 
-from vla_server.model import demo
-from vla_server.model.demo import demo_model_path, make_demo_model
+from vla_server.policies.llava import demo
+from vla_server.policies.llava.demo import demo_model_path, make_demo_model
 
 PROMPTS = ("pick up the red block", "open the drawer", "push the blue cup to the left")
 
@@ -75,7 +75,10 @@ def _greedy(loaded: tuple, image: Image.Image, text: str) -> tuple[list[int], li
 
 def test_two_builds_in_different_processes_are_byte_identical(demo_dir: Path, tmp_path: Path):
     other = tmp_path / "again"
-    code = "import sys; from vla_server.model.demo import make_demo_model as m; m(sys.argv[1])"
+    code = (
+        "import sys; from vla_server.policies.llava.demo import make_demo_model as m; "
+        "m(sys.argv[1])"
+    )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     subprocess.run([sys.executable, "-c", code, str(other)], check=True, env=env)
     names = sorted(p.name for p in demo_dir.iterdir())

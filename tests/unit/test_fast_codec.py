@@ -1,5 +1,5 @@
 """The FAST codec and pi0-FAST's action side on the tiny checkpoint's tokenizers, against scipy's
-DCT, LeRobot's formulas and the test-only reference decoder (tests/pi0fast_reference.py)."""
+DCT, LeRobot's formulas and the test-only reference decoder (tests/support/pi0fast_reference.py)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 from scipy.fft import dct, idct
 
-from tests import pi0fast_reference as ref
-from vla_server.bench.pi0fast_checkpoint import STATE_STATS, pi0fast_model_path
-from vla_server.bench.pi0fast_tokenizers import synthetic_chunks
-from vla_server.detokenizer.fast_detokenizer import FastActionDetokenizer
+from tests.support import pi0fast_reference as ref
 from vla_server.io_struct import FinishLength, FinishStop, abort
 from vla_server.model.tokenizer import load_tokenizer
-from vla_server.multimodal.fast_actions import FastActionTokenizer
-from vla_server.multimodal.fast_codec import FastDecodeError, to_fast_tokens
-from vla_server.multimodal.lerobot_normalizer import FeatureNormalizer
+from vla_server.policies.pi0fast.detokenizer import FastActionDetokenizer
+from vla_server.policies.pi0fast.fast_actions import FastActionTokenizer
+from vla_server.policies.pi0fast.fast_codec import FastDecodeError, to_fast_tokens
+from vla_server.policies.pi0fast.tiny import STATE_STATS, pi0fast_model_path
+from vla_server.policies.pi0fast.tiny_tokenizers import synthetic_chunks
+from vla_server.policies.pi_common.lerobot_normalizer import FeatureNormalizer
 
 
 @pytest.fixture(scope="module")

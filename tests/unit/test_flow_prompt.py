@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from vla_server.bench.pi0_checkpoint import pi0_model_path
-from vla_server.frontend.flow_prompt import flow_prompt_text
 from vla_server.model.tokenizer import load_tokenizer
-from vla_server.multimodal.flow_actions import FlowActionPolicy
+from vla_server.policies.pi0.flow_actions import FlowActionPolicy
+from vla_server.policies.pi0.prompt import flow_prompt_text
+from vla_server.policies.pi0.tiny import pi0_model_path
 
 
 def _state_stats(folder) -> dict[str, np.ndarray]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ros_bridge import cli
-from tests.unit.import_graph import ROOT, ModuleGraph, build_graph, find_cycles, in_package
+from tests.support.import_graph import ROOT, ModuleGraph, build_graph, find_cycles, in_package
 
 PROCESS_PACKAGES = ("vla_server.frontend", "vla_server.scheduler", "vla_server.detokenizer")
 LEAF_PACKAGES = ("vla_server.model", "vla_server.mem_cache", "vla_server.multimodal")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.tiny_checkpoints import make_tokenizer
+from tests.support.tiny_checkpoints import make_tokenizer
 from vla_server.detokenizer.incremental_decode import DecodeInput, IncrementalDecoder
 from vla_server.io_struct import FinishStop
 

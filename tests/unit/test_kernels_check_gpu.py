@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.unit.kernel_testing import DEVICE
+from tests.support.kernel_testing import DEVICE
 from vla_kernels.check_gpu import format_table, main, run_checks
 from vla_kernels.gpu_cases import CheckPlan
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.unit.kernel_testing import DEVICE, assert_close, build_paged_kv, sdpa_causal
+from tests.support.kernel_testing import DEVICE, assert_close, build_paged_kv, sdpa_causal
 from vla_kernels.decode_attention import decode_attention, decode_attention_reference
 
 pytest.importorskip("triton")

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-from tests.unit.kernel_testing import DEVICE, assert_close
+from tests.support.kernel_testing import DEVICE, assert_close
 from vla_kernels.rmsnorm import add_rmsnorm, add_rmsnorm_reference, rmsnorm, rmsnorm_reference
 
 pytest.importorskip("triton")

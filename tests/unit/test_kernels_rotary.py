@@ -7,7 +7,7 @@ import torch
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-from tests.unit.kernel_testing import DEVICE, assert_close
+from tests.support.kernel_testing import DEVICE, assert_close
 from vla_kernels.rotary import rotary_cos_sin_cache, rotary_embedding, rotary_embedding_reference
 
 pytest.importorskip("triton")

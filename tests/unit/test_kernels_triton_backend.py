@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from tests.unit.kernel_testing import DEVICE, assert_close, sdpa_causal
+from tests.support.kernel_testing import DEVICE, assert_close, sdpa_causal
 from vla_server.mem_cache.kv_pool import ReqToTokenPool, TokenToKVPool
 from vla_server.model.attention.triton_backend import TritonAttentionBackend
 from vla_server.model.forward_batch import ForwardBatch, ForwardMode

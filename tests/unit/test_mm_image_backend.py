@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import xxhash
 
-from tests.helpers.images import encode, random_rgb, smooth_rgb
-from tests.helpers.torchvision_backend import torchvision_backend
+from tests.support.images import encode, random_rgb, smooth_rgb
+from tests.support.torchvision_backend import torchvision_backend
 from tests.unit.test_mm_fast_path import CONFIGS, LLAVA, SIZES
 from vla_server.bench.multimodal import camera_frames
 from vla_server.multimodal.image_hash import format_mm_hash, image_hash
@@ -28,7 +28,7 @@ from vla_server.multimodal.image_pipeline import ImagePipeline
 from vla_server.multimodal.preprocess import resized_hw
 from vla_server.multimodal.preprocess_config import PreprocessConfig
 from vla_server.multimodal.preprocessors import apply_preprocessor
-from vla_server.multimodal.prismatic_preprocess import PrismaticPreprocess
+from vla_server.policies.openvla.prismatic_preprocess import PrismaticPreprocess
 
 
 def on_torch(cfg):

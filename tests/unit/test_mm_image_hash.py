@@ -11,7 +11,7 @@ import pytest
 import torch
 import xxhash
 
-from tests.helpers.images import encode, random_rgb
+from tests.support.images import encode, random_rgb
 from vla_server.multimodal.image_errors import ImageInputError
 from vla_server.multimodal.image_hash import (
     format_mm_hash,

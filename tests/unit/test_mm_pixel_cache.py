@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.helpers.images import png_base64, random_rgb
+from tests.support.images import png_base64, random_rgb
 from vla_server.multimodal import image_pipeline
 from vla_server.multimodal.image_errors import ImageInputError
 from vla_server.multimodal.image_hash import format_mm_hash

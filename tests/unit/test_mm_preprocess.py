@@ -15,7 +15,7 @@ from transformers import (
     SiglipImageProcessorPil,
 )
 
-from tests.helpers.images import random_rgb, smooth_rgb
+from tests.support.images import random_rgb, smooth_rgb
 from vla_server.multimodal.preprocess import preprocess_image
 from vla_server.multimodal.preprocess_config import PreprocessConfig
 

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, LlavaForConditionalGeneration
 
-from tests.tiny_checkpoints import make_llama, make_llava, make_qwen2, make_tokenizer
+from tests.support.tiny_checkpoints import make_llama, make_llava, make_qwen2, make_tokenizer
 from vla_server.model.attention.registry import resolve_backend_name
 from vla_server.model.config import load_model_config
 from vla_server.model.model_runner import ModelRunner

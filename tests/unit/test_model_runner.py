@@ -12,8 +12,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from tests.hf_reference import assert_same_greedy
-from tests.tiny_checkpoints import make_llama, make_qwen2
+from tests.support.hf_reference import assert_same_greedy
+from tests.support.tiny_checkpoints import make_llama, make_qwen2
 from vla_server.model.model_runner import LogitsOutput, ModelRunner
 from vla_server.model.sampling import SamplingBatchInfo, SamplingParams, compute_logprobs
 

@@ -19,17 +19,17 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoProcessor, LlavaForConditionalGeneration
 
-from tests.helpers.images import random_rgb
-from tests.hf_reference import assert_same_greedy
-from tests.tiny_checkpoints import make_llama, make_llava
-from vla_server.model.demo import make_demo_model
+from tests.support.hf_reference import assert_same_greedy
+from tests.support.images import random_rgb
+from tests.support.tiny_checkpoints import make_llama, make_llava
 from vla_server.model.model_runner import ModelRunner
 from vla_server.model.sampling import SamplingBatchInfo, SamplingParams
-from vla_server.model.vision import VisionEncoder
 from vla_server.model.weight_loader import WeightLoadError
 from vla_server.multimodal.image_hash import image_hash, pad_ids_for_image
 from vla_server.multimodal.preprocess import preprocess_image
 from vla_server.multimodal.preprocess_config import PreprocessConfig
+from vla_server.policies.llava.demo import make_demo_model
+from vla_server.policies.llava.vision import VisionEncoder
 
 FEATURE_ATOL = 1e-5
 STEPS = 32

@@ -10,8 +10,8 @@ import torch
 from vla_server.mem_cache.kv_pool import TokenToKVPool
 from vla_server.model.config import load_model_config
 from vla_server.model.llama import LlamaForCausalLM
-from vla_server.model.prismatic_config import PrismaticSpec
-from vla_server.model.prismatic_vision import PrismaticVisionEncoder
+from vla_server.policies.openvla.prismatic_config import PrismaticSpec
+from vla_server.policies.openvla.prismatic_vision import PrismaticVisionEncoder
 
 # openvla-7b's config.json, less norm_stats; text_config holds only what differs from
 # LlamaConfig's defaults (Llama-2-7B's sizes), as transformers saved it.

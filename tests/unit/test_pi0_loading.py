@@ -16,7 +16,14 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from vla_server.bench.pi0_checkpoint import (
+from vla_server.model.config import expert_model_config, load_model_config
+from vla_server.model.denoise import euler_update, denoise_times
+from vla_server.model.model_runner import ModelRunner
+from vla_server.model.tokenizer import load_tokenizer
+from vla_server.model.weight_loader import WeightLoadError
+from vla_server.multimodal.preprocessors import load_preprocessor
+from vla_server.policies.pi0.flow_head import time_embedding, time_frequencies
+from vla_server.policies.pi0.tiny import (
     ACTION_DIM,
     CHUNK,
     LAYOUTS,
@@ -24,18 +31,11 @@ from vla_server.bench.pi0_checkpoint import (
     dit_config,
     pi0_model_path,
 )
-from vla_server.bench.pi0fast_checkpoint import ACTION_STATS, CAMERAS, STATE_STATS
-from vla_server.model.config import expert_model_config, load_model_config
-from vla_server.model.flow_head import time_embedding, time_frequencies
-from vla_server.model.flow_matching import euler_update, flow_times
-from vla_server.model.lerobot_config import LeRobotPolicySpec, lerobot_spec
-from vla_server.model.model_runner import ModelRunner
-from vla_server.model.paligemma_config import expert_config
-from vla_server.model.tokenizer import load_tokenizer
-from vla_server.model.weight_loader import WeightLoadError
-from vla_server.multimodal.openpi_norm_stats import read_norm_stats
-from vla_server.multimodal.pad_resize import PadResize
-from vla_server.multimodal.preprocessors import load_preprocessor
+from vla_server.policies.pi0fast.tiny import ACTION_STATS, CAMERAS, STATE_STATS
+from vla_server.policies.pi_common.lerobot_config import LeRobotPolicySpec, lerobot_spec
+from vla_server.policies.pi_common.openpi_norm_stats import read_norm_stats
+from vla_server.policies.pi_common.pad_resize import PadResize
+from vla_server.policies.pi_common.paligemma_config import expert_config
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 EXPERT = "paligemma_with_expert.gemma_expert."
@@ -241,14 +241,14 @@ def test_the_time_embedding_is_computed_in_float64():
 
 
 def test_flow_times_and_euler_steps():
-    assert flow_times(10) == [1.0 + k * (-1.0 / 10) for k in range(10)]
-    np.testing.assert_allclose(flow_times(10), np.linspace(1.0, 0.1, 10), atol=1e-12)
-    assert flow_times(1) == [1.0]
+    assert denoise_times(10) == [1.0 + k * (-1.0 / 10) for k in range(10)]
+    np.testing.assert_allclose(denoise_times(10), np.linspace(1.0, 0.1, 10), atol=1e-12)
+    assert denoise_times(1) == [1.0]
     with pytest.raises(ValueError, match="num_steps"):
-        flow_times(0)
+        denoise_times(0)
     noise = torch.randn((1, CHUNK, 32), generator=torch.Generator("cpu").manual_seed(0))
     x, c = noise, torch.full_like(noise, 0.75)
-    for _t in flow_times(10):
+    for _t in denoise_times(10):
         x = euler_update(x, c, 10)
     torch.testing.assert_close(x, noise - c, atol=1e-6, rtol=0)  # a constant field: noise - c
 

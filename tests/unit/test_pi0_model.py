@@ -20,14 +20,14 @@ from functools import cache
 import pytest
 import torch
 
-from tests import pi0_reference as ref
-from tests.helpers.images import random_rgb
-from tests.helpers.paligemma_prefill import prefill as prefill_prompt
-from tests.pi0fast_reference import lerobot_pixels
-from vla_server.bench.pi0_checkpoint import IMAGE_SIZE, NUM_STEPS, pi0_model_path
-from vla_server.model.flow_matching import euler_update, flow_times
+from tests.support import pi0_reference as ref
+from tests.support.images import random_rgb
+from tests.support.paligemma_prefill import prefill as prefill_prompt
+from tests.support.pi0fast_reference import lerobot_pixels
+from vla_server.model.denoise import euler_update, denoise_times
 from vla_server.model.model_runner import ModelRunner
 from vla_server.model.tokenizer import load_tokenizer
+from vla_server.policies.pi0.tiny import IMAGE_SIZE, NUM_STEPS, pi0_model_path
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -103,7 +103,7 @@ def release(runner: ModelRunner, request: Prefilled) -> None:
 
 
 def denoise_alone(runner: ModelRunner, request: Prefilled, x: torch.Tensor, state) -> torch.Tensor:
-    for t in flow_times(NUM_STEPS):
+    for t in denoise_times(NUM_STEPS):
         v = runner.denoise([request.row], [request.length], x, torch.tensor([t]), state[None])
         x = euler_update(x, v, NUM_STEPS)
     return x
@@ -218,7 +218,7 @@ def test_requests_batched_at_different_steps_equal_each_alone(runner, tokenizer,
     assert len({r.length for r in requests}) >= 3
     alone = [denoise_alone(runner, r, noise(c.seed), c.state)
              for r, c in zip(requests, picked, strict=True)]  # fmt: skip
-    times = flow_times(NUM_STEPS)
+    times = denoise_times(NUM_STEPS)
     x = [noise(c.seed) for c in picked]
     step = [-i for i in range(len(picked))]
     before = runner.flow_counters.expert_passes

@@ -1,6 +1,6 @@
 """pi0-FAST's inputs: LeRobot's resize-with-pad against the test-only transcription of
 `resize_with_pad_torch`, the policy config's cameras and defaults, and the two prompt
-conventions (tests/pi0fast_reference.py writes the reference prompts)."""
+conventions (tests/support/pi0fast_reference.py writes the reference prompts)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from tests import pi0fast_reference as ref
-from tests.helpers.images import random_rgb
-from vla_server.bench.pi0fast_checkpoint import CAMERAS, pi0fast_model_path
-from vla_server.frontend.pi0fast_prompt import Pi0FastPrompt
-from vla_server.model.lerobot_config import LeRobotPolicySpec, lerobot_spec
-from vla_server.model.paligemma_config import paligemma_config
+from tests.support import pi0fast_reference as ref
+from tests.support.images import random_rgb
 from vla_server.model.tokenizer import load_tokenizer
-from vla_server.multimodal.pad_resize import PadResize, pad_resize
 from vla_server.multimodal.preprocessors import load_preprocessor
+from vla_server.policies.pi0fast.prompt import Pi0FastPrompt
+from vla_server.policies.pi0fast.tiny import CAMERAS, pi0fast_model_path
+from vla_server.policies.pi_common.lerobot_config import LeRobotPolicySpec, lerobot_spec
+from vla_server.policies.pi_common.pad_resize import PadResize, pad_resize
+from vla_server.policies.pi_common.paligemma_config import paligemma_config
 
 
 @pytest.mark.parametrize("hw", [(28, 28), (40, 60), (90, 50), (13, 7), (224, 224), (480, 640)])

@@ -12,15 +12,15 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from tests import pi0fast_reference as ref
-from tests.helpers.images import random_rgb
-from tests.helpers.paligemma_prefill import prefill
-from vla_server.bench.pi0fast_checkpoint import IMAGE_SIZE, pi0fast_model_path
+from tests.support import pi0fast_reference as ref
+from tests.support.images import random_rgb
+from tests.support.paligemma_prefill import prefill
 from vla_server.mem_cache.prefix_key import prefix_lm_key_head
 from vla_server.model.model_runner import ModelRunner
 from vla_server.model.tokenizer import load_tokenizer
 from vla_server.model.weight_loader import WeightLoadError
-from vla_server.multimodal.fast_actions import FastActionTokenizer
+from vla_server.policies.pi0fast.fast_actions import FastActionTokenizer
+from vla_server.policies.pi0fast.tiny import IMAGE_SIZE, pi0fast_model_path
 
 FRAMES = [random_rgb(28, 28, seed=5), random_rgb(70, 40, seed=6)]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.unit.kernel_testing import DEVICE, assert_close, build_paged_kv, sdpa_causal
+from tests.support.kernel_testing import DEVICE, assert_close, build_paged_kv, sdpa_causal
 from tests.unit.test_model_attention import make_batch
 from vla_kernels.extend_attention import extend_attention, extend_attention_reference
 

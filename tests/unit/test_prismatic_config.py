@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vla_server.model.prismatic_config import PrismaticSpec
+from vla_server.policies.openvla.prismatic_config import PrismaticSpec
 
 OPENVLA = {
     "vision_backbone_id": "dinosiglip-vit-so-224px",

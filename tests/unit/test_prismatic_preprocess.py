@@ -1,5 +1,5 @@
 """Prismatic/OpenVLA image preprocessing against the reference's PIL port of
-`PrismaticImageProcessor` (`vla_server.bench.prismatic_ref.reference.pixel_values`), on the
+`PrismaticImageProcessor` (`tests.support.prismatic_ref.reference.pixel_values`), on the
 published `preprocessor_config.json` shape: resize-naive and letterbox, one and two towers,
 square, landscape, portrait and odd-sized frames."""
 
@@ -9,9 +9,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vla_server.bench.prismatic_ref.reference import pixel_values
+from tests.support.prismatic_ref.reference import pixel_values
 from vla_server.multimodal.preprocessors import load_preprocessor
-from vla_server.multimodal.prismatic_preprocess import PrismaticPreprocess, prismatic_preprocess
+from vla_server.policies.openvla.prismatic_preprocess import (
+    PrismaticPreprocess,
+    prismatic_preprocess,
+)
 
 DINO = ([0.484375, 0.455078125, 0.40625], [0.228515625, 0.2236328125, 0.224609375])
 SIGLIP = ([0.5, 0.5, 0.5], [0.5, 0.5, 0.5])

@@ -1,4 +1,4 @@
-"""The ROS 2 peer's types (tests/integration/ros2_peer_types.py, plain cyclonedds) against rosbags,
+"""The ROS 2 peer's types (tests/support/ros2_peer_types.py, plain cyclonedds) against rosbags,
 byte for byte, so the graph tests' other side speaks what a ROS 2 node speaks."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.helpers.ros_reference import typestore, wire_bytes
-from tests.integration import ros2_peer_types as T
+from tests.support import ros2_peer_types as T
+from tests.support.ros_reference import typestore, wire_bytes
 
 TS = typestore()
 R = TS.types

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from tests.unit.sched_fakes import Harness, reference
+from tests.support.sched_fakes import Harness, reference
 from vla_server.scheduler.schedule_batch import ScheduledBatch
 
 CHUNK = 16

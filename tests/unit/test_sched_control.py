@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.sched_fakes import Harness, reference, salt_of
+from tests.support.sched_fakes import Harness, reference, salt_of
 from vla_server.io_struct import (
     ContinueGenerationReq,
     FlushCacheReq,

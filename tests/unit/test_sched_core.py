@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.unit.sched_fakes import EOS, VOCAB, Harness, greedy, reference
+from tests.support.sched_fakes import EOS, VOCAB, Harness, greedy, reference
 from vla_server.model.sampling import SamplingParams
 
 BASE = list(range(10, 60))

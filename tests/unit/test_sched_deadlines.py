@@ -5,7 +5,7 @@ waiting or running, and frees its KV; newer frames of a session supersede its wa
 
 from __future__ import annotations
 
-from tests.unit.sched_fakes import STEP_S, Harness, reference
+from tests.support.sched_fakes import STEP_S, Harness, reference
 from vla_server.io_struct import ContinueGenerationReq, PauseGenerationReq
 
 NEW = 40

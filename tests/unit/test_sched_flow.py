@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from tests.unit.sched_fakes import BOS, Harness, greedy, prompt_hash, prompt_velocity
+from tests.support.sched_fakes import BOS, Harness, greedy, prompt_hash, prompt_velocity
 from vla_server.io_struct import Tensor
-from vla_server.scheduler.flow_state import FlowSpec
+from vla_server.scheduler.denoise_state import FlowSpec
 
 SPEC = FlowSpec(chunk_size=5, max_action_dim=6, num_steps=10)
 PROMPTS = {f"r{i}": [BOS, *range(3 + i, 20 + 2 * i)] for i in range(4)}

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.unit.sched_fakes import Harness
+from tests.support.sched_fakes import Harness
 from vla_server.io_struct import PauseGenerationReq
 from vla_server.process_utils import IDLE_POLL_MS, Heartbeat
 from vla_server.scheduler.process import SchedulerProcess

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.sched_fakes import Harness, reference
+from tests.support.sched_fakes import Harness, reference
 from vla_server.io_struct import GetInternalStateReq
 
 CPU_TOKEN_S = 0.002

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.sched_fakes import BOS, Harness
+from tests.support.sched_fakes import BOS, Harness
 
 PROMPT = [BOS, *range(3, 33)]  # 31 tokens
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.sched_fakes import Harness, reference
+from tests.support.sched_fakes import Harness, reference
 
 LOW_NEW = 60
 LOWS = {f"low-{i}": [20 + i, 31, 47, 52 + i, 60] for i in range(4)}

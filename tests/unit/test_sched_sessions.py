@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.sched_fakes import BOS, Harness, greedy, reference
+from tests.support.sched_fakes import BOS, Harness, greedy, reference
 from vla_server.io_struct import (
     CloseSessionReq,
     ContinueGenerationReq,

@@ -42,7 +42,7 @@ from ros_bridge.shim.std_msgs.msg import (
     MultiArrayLayout,
 )
 from ros_bridge.shim.trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
-from tests.helpers.ros_reference import type_hash, typestore
+from tests.support.ros_reference import type_hash, typestore
 
 TS = typestore()
 NUMPY_DTYPES = {

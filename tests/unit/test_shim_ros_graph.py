@@ -27,7 +27,7 @@ from ros_bridge.shim.rclpy.node import Node
 from ros_bridge.shim.rclpy.parameter import Parameter
 from ros_bridge.shim.rclpy.qos import qos_profile_rosout_default
 from ros_bridge.shim.sensor_msgs.msg import Image
-from tests.helpers.waiting import Spinning, wait_until
+from tests.support.waiting import Spinning, wait_until
 
 
 class Pair:

@@ -10,7 +10,7 @@ from ros_bridge.shim.cdr import CdrError, deserialize_message, serialize_message
 from ros_bridge.shim.rcl_interfaces import srv
 from ros_bridge.shim.rcl_interfaces.msg import Parameter, ParameterValue, SetParametersResult
 from ros_bridge.shim.service_wire import RequestHeader, frame, unframe
-from tests.helpers.ros_reference import typestore, wire_bytes
+from tests.support.ros_reference import typestore, wire_bytes
 
 R = typestore().types
 

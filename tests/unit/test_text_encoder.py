@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from vla_server.frontend.text_encoder import INLINE_CHARS, PromptIdCache, TextEncoder
-from vla_server.model.demo import demo_model_path
 from vla_server.model.tokenizer import load_tokenizer
+from vla_server.policies.llava.demo import demo_model_path
 
 PROMPTS = [
     "In: What action should the robot take to pick up the red block?\n<image>\nOut:",

@@ -19,7 +19,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from tests.tiny_checkpoints import make_tokenizer
+from tests.support.tiny_checkpoints import make_tokenizer
 from vla_server.config import PortArgs, ServerArgs
 from vla_server.errors import RequestError
 from vla_server.frontend.generate_request import GenerateItem

@@ -29,7 +29,7 @@ SIZES: dict[str, dict[str, int]] = {
 def _build(size: str, out: Path) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from vla_server.model.demo_tokenizer import build_demo_tokenizer
+    from vla_server.policies.llava.demo_tokenizer import build_demo_tokenizer
 
     tokenizer = build_demo_tokenizer()
     config = LlamaConfig(

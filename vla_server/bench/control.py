@@ -144,7 +144,7 @@ def history_floor(later: dict[str, Any], new_tokens: int, reps: int) -> dict[str
     """The bare forward of a turn's new tokens over its history vs alone, in-process: attending
     to the history is compute no serving design removes. The turn's TTFT ratio can go no lower
     than the alone TTFT plus that difference, over the alone TTFT."""
-    from vla_server.model.demo import demo_model_path
+    from vla_server.policies.llava.demo import demo_model_path
 
     prefix = round(later["prompt_tokens_mean"]) - new_tokens
     alone = summary_ms(measure_extend_forwards(demo_model_path(), new_tokens, 0, reps))["p50"]
@@ -182,7 +182,7 @@ def bridge(args: argparse.Namespace) -> tuple[list[Row], Any]:
 
 def peer(args: argparse.Namespace) -> tuple[list[Row], Any]:
     from vla_server.bench.control_peer import compare
-    from vla_server.model.demo import demo_model_path
+    from vla_server.policies.llava.demo import demo_model_path
 
     rounds = compare(demo_model_path(), args.robots, 4 if args.quick else 12, 3)
     print(table(rounds, list(rounds[0])))

@@ -29,7 +29,7 @@ from typing import Any
 
 from vla_server.bench.capture_proxy import capturing
 from vla_server.bench.client_fixtures import drive_router, write_fixtures
-from vla_server.model.demo import demo_model_path
+from vla_server.policies.llava.demo import demo_model_path
 from vla_server.server_subprocess import running_server
 
 TOOLS = ("sglang==0.5.23", "guidellm==0.8.1", "genai-bench==0.0.5")

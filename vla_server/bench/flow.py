@@ -31,7 +31,7 @@ import httpx
 from vla_server.bench.flow_split import INSTRUCTION, chunk_phases
 from vla_server.bench.multimodal import camera_frames
 from vla_server.bench.stats import plot_distributions, summary_ms, table, write_json
-from vla_server.model.lerobot_config import LeRobotPolicySpec, lerobot_spec
+from vla_server.policies.pi_common.lerobot_config import LeRobotPolicySpec, lerobot_spec
 from vla_server.server_subprocess import ServerProcess, run_server
 
 
@@ -48,7 +48,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 def _model_path(args: argparse.Namespace) -> Path:
     if args.model_path:
         return Path(args.model_path)
-    from vla_server.bench.pi0_checkpoint import pi0_model_path
+    from vla_server.policies.pi0.tiny import pi0_model_path
 
     return pi0_model_path(args.kind, "bare")
 

@@ -12,11 +12,11 @@ import numpy as np
 import torch
 
 from vla_server.bench.stats import summary_ms
-from vla_server.frontend.flow_prompt import flow_prompt_text
-from vla_server.model.flow_matching import euler_update, flow_times
+from vla_server.model.denoise import euler_update, denoise_times
 from vla_server.model.model_runner import ModelRunner
 from vla_server.model.tokenizer import load_tokenizer
-from vla_server.multimodal.flow_actions import FlowActionPolicy, initial_noise
+from vla_server.policies.pi0.flow_actions import FlowActionPolicy, initial_noise
+from vla_server.policies.pi0.prompt import flow_prompt_text
 
 INSTRUCTION = "pick up the red block and put it in the bowl"
 
@@ -74,7 +74,7 @@ def _one_chunk(
     spec = runner.policy_spec
     assert spec is not None
     x = initial_noise(0, spec.chunk_size, spec.max_action_dim).to(runner.device)
-    for t in flow_times(steps):
+    for t in denoise_times(steps):
         at = torch.full((1,), t, dtype=torch.float32, device=runner.device)
         x = euler_update(x, runner.denoise([row], [len(ids)], x, at, state), steps)
     t3 = time.perf_counter()

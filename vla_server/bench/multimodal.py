@@ -47,15 +47,15 @@ from vla_server.bench.multimodal_reference import REFERENCE_COLUMNS, reference_r
 from vla_server.bench.stats import plot_distributions, summary_ms, table, write_json
 from vla_server.bench.stream_client import StreamTiming, timed_stream
 from vla_server.config import default_torch_threads
-from vla_server.frontend import openvla_prompt
 from vla_server.metrics import MM_IMAGE_SOURCES as SOURCES
-from vla_server.model.lerobot_config import lerobot_spec
-from vla_server.model.prismatic_config import PRISMATIC_MODEL_TYPES
 from vla_server.multimodal.image_decode import as_pixels
 from vla_server.multimodal.image_hash import format_mm_hash
 from vla_server.multimodal.image_input import MediaPolicy, load_frame
 from vla_server.multimodal.image_pipeline import ImagePipeline
 from vla_server.multimodal.preprocessors import apply_preprocessor, load_preprocessor
+from vla_server.policies.openvla import prompt as openvla_prompt
+from vla_server.policies.openvla.prismatic_config import PRISMATIC_MODEL_TYPES
+from vla_server.policies.pi_common.lerobot_config import lerobot_spec
 from vla_server.server_subprocess import ServerProcess, run_server
 
 PROMPT = "In: {instruction}\n<image>\nOut:"
@@ -270,7 +270,7 @@ async def served_rounds(
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from vla_server.model.demo import demo_model_path
+    from vla_server.policies.llava.demo import demo_model_path
 
     path = _model_path(args) or demo_model_path()
     layout = layout_of(path)
@@ -300,7 +300,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _model_path(args: argparse.Namespace) -> Path | None:
     if args.tiny_pi0fast:
-        from vla_server.bench.pi0fast_checkpoint import pi0fast_model_path
+        from vla_server.policies.pi0fast.tiny import pi0fast_model_path
 
         return pi0fast_model_path()
     return Path(args.model_path) if args.model_path else None

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from vla_server.bench.prismatic_ref.oracle_env import reference_predict
+from tests.support.prismatic_ref.oracle_env import reference_predict
 from vla_server.bench.stats import summary_ms
 from vla_server.bench.stream_client import StreamTiming
 

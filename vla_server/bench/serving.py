@@ -59,7 +59,7 @@ def resolve_models(args: argparse.Namespace) -> list[Path]:
 def model_path(name: str) -> Path:
     """A benchmark model by name: the demo VLA or a random-weight Llama size."""
     if name == "demo":
-        from vla_server.model.demo import demo_model_path
+        from vla_server.policies.llava.demo import demo_model_path
 
         return demo_model_path()
     return bench_model_path(name)

@@ -41,7 +41,7 @@ from vla_server.bench.multimodal import INSTRUCTIONS, camera_frames, request_bod
 from vla_server.bench.soak_report import report
 from vla_server.bench.soak_stats import is_lost
 from vla_server.bench.stats import pct
-from vla_server.model.demo import demo_model_path
+from vla_server.policies.llava.demo import demo_model_path
 from vla_server.server_subprocess import ServerProcess, running_server
 
 WARMUP_S = 5.0

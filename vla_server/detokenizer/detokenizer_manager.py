@@ -7,9 +7,6 @@ from multiprocessing.connection import Connection
 import zmq
 
 from vla_server.config import DetokenizerConfig, PortArgs
-from vla_server.detokenizer.action_detokenizer import ActionDetokenizer, ActionStep
-from vla_server.detokenizer.fast_detokenizer import FastActionDetokenizer
-from vla_server.detokenizer.flow_detokenizer import chunk_actions
 from vla_server.detokenizer.incremental_decode import DecodeInput, IncrementalDecoder
 from vla_server.io_struct import (
     BatchStrOutput,
@@ -20,9 +17,12 @@ from vla_server.io_struct import (
     encode,
 )
 from vla_server.model.tokenizer import load_tokenizer
-from vla_server.multimodal.action_tokenizer import ActionTokenizer, load_action_tokenizer
-from vla_server.multimodal.fast_actions import FastActionTokenizer
-from vla_server.multimodal.flow_actions import FlowActionPolicy
+from vla_server.policies.bin_actions.action_tokenizer import ActionTokenizer, load_action_tokenizer
+from vla_server.policies.bin_actions.detokenizer import ActionDetokenizer, ActionStep
+from vla_server.policies.pi0.detokenizer import chunk_actions
+from vla_server.policies.pi0.flow_actions import FlowActionPolicy
+from vla_server.policies.pi0fast.detokenizer import FastActionDetokenizer
+from vla_server.policies.pi0fast.fast_actions import FastActionTokenizer
 from vla_server.process_utils import (
     IDLE_POLL_MS,
     Heartbeat,

@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"vla-server: error: {e}", file=sys.stderr)
             raise SystemExit(1) from None
     else:
-        from vla_server.model.demo import make_demo_model
+        from vla_server.policies.llava.demo import make_demo_model
 
         print(make_demo_model(ns.out_dir))
 

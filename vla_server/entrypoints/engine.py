@@ -83,7 +83,7 @@ class Node:
 def resolve_model_path(args: ServerArgs) -> ServerArgs:
     if args.model_path is not None:
         return args
-    from vla_server.model.demo import demo_model_path
+    from vla_server.policies.llava.demo import demo_model_path
 
     return replace(args, model_path=str(demo_model_path()))
 

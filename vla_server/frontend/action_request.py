@@ -24,11 +24,15 @@ import msgspec
 from vla_server.errors import RequestError
 from vla_server.frontend.chat_prompt import chat_prompt_ids, instruction_messages
 from vla_server.frontend.common import finish_error
-from vla_server.frontend.flow_prompt import flow_prompt_text
 from vla_server.frontend.generate_request import GenerateItem, parse_sampling
-from vla_server.frontend.openvla_prompt import action_prompt
-from vla_server.frontend.pi_policy_inputs import camera_images, check_prompt_tokens, checked_state
 from vla_server.frontend.tokenizer_manager import TokenizerManager
+from vla_server.policies.openvla.prompt import action_prompt
+from vla_server.policies.pi0.prompt import flow_prompt_text
+from vla_server.policies.pi_common.policy_inputs import (
+    camera_images,
+    check_prompt_tokens,
+    checked_state,
+)
 
 
 class ActionFailed(RuntimeError):

@@ -47,14 +47,3 @@ def chat_prompt_ids(
         raise RequestError(f"the model's chat template rejected the messages: {e}", field) from None
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
-
-def instruction_messages(instruction: str, num_images: int) -> list[dict[str, Any]]:
-    """One user turn: the instruction first and the camera images last.
-
-    The instruction is the part that stays the same from one control tick to the next, so with
-    it first the radix cache reuses its KV across frames; each new frame breaks the prefix only
-    from the first image on.
-    """
-    parts: list[dict[str, Any]] = [{"type": "text", "text": instruction}]
-    parts += [{"type": "image"} for _ in range(num_images)]
-    return [{"role": "user", "content": parts}]

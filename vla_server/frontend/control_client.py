@@ -29,7 +29,7 @@ from vla_server.io_struct import (
     encode,
     rpc_reply_decoder,
 )
-from vla_server.multimodal.action_tokenizer import AnyActions
+from vla_server.policies.bin_actions.action_tokenizer import AnyActions
 
 logger = logging.getLogger(__name__)
 

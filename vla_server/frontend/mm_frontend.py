@@ -11,15 +11,8 @@ from typing import Any
 
 from vla_server.config import FrontendConfig
 from vla_server.errors import RequestError
-from vla_server.frontend import openvla_prompt
 from vla_server.frontend.generate_request import GenerateItem
-from vla_server.frontend.pi0fast_prompt import Pi0FastPrompt
-from vla_server.frontend.pi_policy_inputs import checked_state
 from vla_server.io_struct import MMItem, Tensor
-from vla_server.model.lerobot_config import LeRobotPolicySpec
-from vla_server.multimodal.action_tokenizer import load_action_tokenizer
-from vla_server.multimodal.fast_actions import FastActionTokenizer
-from vla_server.multimodal.flow_actions import FlowActionPolicy
 from vla_server.multimodal.image_errors import ImageInputError
 from vla_server.multimodal.image_hash import format_mm_hash
 from vla_server.multimodal.image_input import MediaPolicy
@@ -27,6 +20,13 @@ from vla_server.multimodal.image_pipeline import ImagePipeline
 from vla_server.multimodal.pixel_cache import PixelCache
 from vla_server.multimodal.preprocessors import load_preprocessor
 from vla_server.multimodal.prompt_expansion import PlaceholderError, expand_image_placeholders
+from vla_server.policies.bin_actions.action_tokenizer import load_action_tokenizer
+from vla_server.policies.openvla import prompt as openvla_prompt
+from vla_server.policies.pi0.flow_actions import FlowActionPolicy
+from vla_server.policies.pi0fast.fast_actions import FastActionTokenizer
+from vla_server.policies.pi0fast.prompt import Pi0FastPrompt
+from vla_server.policies.pi_common.lerobot_config import LeRobotPolicySpec
+from vla_server.policies.pi_common.policy_inputs import checked_state
 
 MAX_ACTIONS_PER_REQUEST = 256
 

@@ -41,7 +41,7 @@ import numpy as np
 from vla_server.config import FrontendConfig
 from vla_server.errors import RequestError
 from vla_server.frontend.action_request import ActionsBody
-from vla_server.model.lerobot_config import LeRobotPolicySpec
+from vla_server.policies.pi_common.lerobot_config import LeRobotPolicySpec
 
 DEFAULT_STATE_KEYS = ("state", "observation/state", "observation.state")
 

@@ -8,19 +8,19 @@ standardised into `rope_parameters`. Everything downstream reads only `ModelConf
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from vla_server.model.lerobot_config import (
+from vla_server.policies.openvla.prismatic_config import PRISMATIC_MODEL_TYPES
+from vla_server.policies.pi_common.lerobot_config import (
     LEROBOT_PI_TYPES,
     LeRobotPolicySpec,
     read_lerobot_config,
 )
-from vla_server.model.paligemma_config import expert_config, paligemma_config
-from vla_server.model.prismatic_config import PRISMATIC_MODEL_TYPES
+from vla_server.policies.pi_common.paligemma_config import expert_config, paligemma_config
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
 _DECODER_TYPES = ("llama", "qwen2", "gemma")
@@ -50,10 +50,6 @@ class ModelConfig:
     o_bias: bool
     eos_token_ids: tuple[int, ...]
     dtype: torch.dtype
-    is_multimodal: bool = False
-    # "llava", "prismatic" (OpenVLA) or "paligemma" (pi-family policies): which vision encoder
-    # and image layout; None: text only.
-    vision_format: str | None = None
     # Gemma's differences from Llama: the GeGLU activation, RMSNorm scaling by (1 + w) in
     # float32, and token embeddings scaled by sqrt(hidden_size) (image embeddings are not).
     hidden_act: str = "silu"
@@ -62,12 +58,8 @@ class ModelConfig:
     # PaliGemma: each request's prompt prefix is attended bidirectionally (prefix-LM); its
     # cached K/V are only reusable for an identical prefix.
     prefix_lm: bool = False
+    # The placeholder id a prompt writes per image (None: images have no placeholder token).
     image_token_id: int | None = None
-    # The vision tower's config.json section, for the vision loader (None for text-only models).
-    vision_config: dict[str, Any] | None = None
-    # The whole top-level config.json, for readers of keys this class does not model (an openpi
-    # conversion folder: the LeRobot policy config that describes it, `openpi_config.py`).
-    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def context_len(self) -> int:
@@ -82,72 +74,50 @@ class ModelConfig:
         ]
 
 
-_NOT_ARCHITECTURE = ("eos_token_ids", "dtype", "raw", "vision_config", "image_token_id")
+_NOT_ARCHITECTURE = ("eos_token_ids", "dtype", "image_token_id")
 
 
-def load_model_config(model_path: str | Path) -> ModelConfig:
-    path = Path(model_path)
-    raw = read_lerobot_config(path) or json.loads((path / "config.json").read_text())
-    hf, text, vision_format = _hf_configs(path, raw)
-    # A LeRobot policy names its kind in "type" (e.g. "pi0_fast").
-    architecture = (raw.get("architectures") or [raw.get("type") or type(hf).__name__])[0]
+def model_config(
+    path: Path,
+    raw: dict[str, Any],
+    hf: Any,
+    text: Any,
+    *,
+    architecture: str,
+    prefix_lm: bool = False,
+    image_token_id: int | None = None,
+    eos_from_text: bool = False,
+) -> ModelConfig:
+    """A checkpoint's `ModelConfig` from its config.json `raw`, its parsed transformers config
+    `hf` and decoder config `text` (the family parses them its way). `eos_from_text`: the
+    decoder config's EOS counts too (a LeRobot folder's config.json names none)."""
     decoder_type = text.model_type
     if decoder_type not in _DECODER_TYPES:
         raise NotImplementedError(
             f"{architecture}: decoder model_type {decoder_type!r} is not supported "
             f"(supported: {', '.join(_DECODER_TYPES)})"
         )
-    is_multimodal = vision_format is not None
     gemma = decoder_type == "gemma"
     return ModelConfig(
         architecture=architecture,
         decoder_type=decoder_type,
         vocab_size=text.vocab_size,
-        **_decoder_dimensions(text),
+        **decoder_dimensions(text),
         max_position_embeddings=text.max_position_embeddings,
         tie_word_embeddings=bool(hf.tie_word_embeddings),
         qkv_bias=decoder_type == "qwen2" or bool(getattr(text, "attention_bias", False)),
         o_bias=decoder_type == "llama" and bool(getattr(text, "attention_bias", False)),
-        eos_token_ids=_eos_token_ids(path, raw, text if vision_format == "paligemma" else None),
+        eos_token_ids=_eos_token_ids(path, raw, text if eos_from_text else None),
         dtype=_config_dtype(raw),
-        is_multimodal=is_multimodal,
-        vision_format=vision_format,
-        image_token_id=getattr(hf, "image_token_id", None) if is_multimodal else None,
-        vision_config=_vision_config(hf, raw, vision_format),
+        image_token_id=image_token_id,
         hidden_act=getattr(text, "hidden_act", "silu"),
         norm_unit_offset=gemma,
         embed_scale=float(text.hidden_size) ** 0.5 if gemma else 1.0,
-        prefix_lm=vision_format == "paligemma",
-        raw=raw,
+        prefix_lm=prefix_lm,
     )
 
 
-def expert_model_config(backbone: ModelConfig, spec: LeRobotPolicySpec) -> ModelConfig:
-    """A pi0 / pi0.5 action expert as a decoder config: its own Gemma dimensions, norm and RoPE
-    settings, the backbone's everything else. Its layer l attends to the backbone's layer-l K/V,
-    so depth, KV heads and head size must be the backbone's (openpi asserts the same)."""
-    text = expert_config(spec)
-    expert = replace(
-        backbone,
-        architecture="gemma_expert",
-        **_decoder_dimensions(text),
-        hidden_act=getattr(text, "hidden_act", "gelu_pytorch_tanh"),
-        embed_scale=1.0,
-        is_multimodal=False,
-        vision_format=None,
-        vision_config=None,
-        prefix_lm=False,
-    )
-    for name in ("num_layers", "num_kv_heads", "head_dim"):
-        if getattr(expert, name) != getattr(backbone, name):
-            raise ValueError(
-                f"the action expert's {name} ({getattr(expert, name)}) must equal the "
-                f"backbone's ({getattr(backbone, name)})"
-            )
-    return expert
-
-
-def _decoder_dimensions(text: Any) -> dict[str, Any]:
+def decoder_dimensions(text: Any) -> dict[str, Any]:
     """The `ModelConfig` fields of a supported transformers decoder config's sizes, norm and
     RoPE."""
     _check_supported(text)
@@ -163,46 +133,6 @@ def _decoder_dimensions(text: Any) -> dict[str, Any]:
         "rope_theta": float(rope["rope_theta"]),
         "rope_scaling": None if rope["rope_type"] == "default" else rope,
     }
-
-
-def _vision_config(hf: Any, raw: dict[str, Any], vision_format: str | None) -> Any:
-    if vision_format == "llava":
-        return raw.get("vision_config")
-    if vision_format == "paligemma":
-        return hf.vision_config.to_dict()
-    return None
-
-
-def _hf_configs(path: Path, raw: dict[str, Any]) -> tuple[Any, Any, str | None]:
-    """(top-level config, decoder config, vision format) parsed by `transformers`' classes.
-
-    A Prismatic/OpenVLA folder names remote code in `auto_map`; it is never run: the decoder's
-    `text_config` is parsed by the `transformers` class of its own `model_type`. A LeRobot
-    pi-family folder (`"type"` instead of `model_type`) describes a PaliGemma backbone.
-    """
-    from transformers import AutoConfig
-
-    if raw.get("model_type") in PRISMATIC_MODEL_TYPES:
-        text = prismatic_text_config(raw)
-        return text, text, "prismatic"
-    if raw.get("type") in LEROBOT_PI_TYPES:
-        hf = paligemma_config(LeRobotPolicySpec.from_config(raw))
-        return hf, hf.text_config, "paligemma"
-    hf = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
-    text = getattr(hf, "text_config", None)
-    return hf, text or hf, None if text is None else "llava"
-
-
-def prismatic_text_config(raw: dict[str, Any]) -> Any:
-    """The decoder config of a Prismatic/OpenVLA `config.json`: its `text_config` (which holds
-    only what differs from the defaults) parsed by the class of its `model_type`."""
-    from transformers import CONFIG_MAPPING
-
-    text_raw = dict(raw.get("text_config") or {})
-    text_type = text_raw.pop("model_type", "llama")
-    if text_type not in CONFIG_MAPPING:
-        raise NotImplementedError(f"text_config model_type {text_type!r} is not known")
-    return CONFIG_MAPPING[text_type](**text_raw)
 
 
 def _check_supported(text: Any) -> None:

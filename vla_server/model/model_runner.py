@@ -23,7 +23,6 @@ import psutil
 import torch
 
 from vla_server.mem_cache.kv_pool import ReqToTokenPool, TokenToKVPool
-from vla_server.model.action_expert import SuffixAttention
 from vla_server.model.attention.registry import create_attention_backend
 from vla_server.model.config import (
     ModelConfig,
@@ -31,16 +30,21 @@ from vla_server.model.config import (
     load_model_config,
     parse_dtype,
 )
-from vla_server.model.flow_model import FlowModel
-from vla_server.model.flow_weights import is_flow_tensor, load_flow_weights, plan_flow_weights
 from vla_server.model.forward_batch import ForwardBatch, ForwardMode
-from vla_server.model.lerobot_config import LeRobotPolicySpec, lerobot_spec
 from vla_server.model.llama import LlamaForCausalLM
-from vla_server.model.paligemma_vision import PaliGemmaVisionEncoder
-from vla_server.model.prismatic_vision import PrismaticVisionEncoder
 from vla_server.model.sampling import Logprobs, SamplingBatchInfo, compute_logprobs, sample
-from vla_server.model.vision import VisionEncoder
 from vla_server.model.weight_loader import WeightLoadError, load_decoder_weights
+from vla_server.policies.llava.vision import VisionEncoder
+from vla_server.policies.openvla.prismatic_vision import PrismaticVisionEncoder
+from vla_server.policies.pi0.action_expert import SuffixAttention
+from vla_server.policies.pi0.flow_model import FlowModel
+from vla_server.policies.pi0.flow_weights import (
+    is_flow_tensor,
+    load_flow_weights,
+    plan_flow_weights,
+)
+from vla_server.policies.pi_common.lerobot_config import LeRobotPolicySpec, lerobot_spec
+from vla_server.policies.pi_common.paligemma_vision import PaliGemmaVisionEncoder
 
 logger = logging.getLogger(__name__)
 

@@ -6,12 +6,12 @@ Checkpoint names are first brought to the plain Llama layout (`model.layers.N...
 * Llama / Qwen2:                 `model.X`, `lm_head.X`
 * LLaVA, transformers 5 layout:  `model.language_model.X`, `lm_head.X`
 * LLaVA, older layout:           `language_model.model.X`, `language_model.lm_head.X`
-* LeRobot pi-family policies:    any of the above under `paligemma_with_expert.paligemma.`, bare
-                                 or with a further `model.` in front (`POLICY_PREFIXES`); the
-                                 embedding is tied and usually saved only as `lm_head.weight`
+* a policy that wraps its decoder:  any of the above under an outer prefix its family strips
+                                   (`DecoderLayout.strip`); a tied embedding may be saved only as
+                                   `lm_head.weight`
 
-Tensors under `NON_DECODER_PREFIXES` (vision tower, projector) are skipped here; the vision
-loader reads them with `load_tensors_with_prefix`. Everything is validated from the safetensors
+Tensors under the layout's `skip` prefixes (vision tower, projector, action head) are left to
+their own loaders (`load_tensors_with_prefix`). Everything is validated from the safetensors
 headers (names and shapes) before a single weight is copied, so a bad checkpoint leaves the
 model's current weights untouched. Tensors are then streamed one at a time into the parameters.
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -28,16 +29,6 @@ from safetensors import safe_open
 from torch import nn
 from tqdm import tqdm
 
-LLAVA_VISION_PREFIXES = (
-    "model.vision_tower.",
-    "model.multi_modal_projector.",
-    "vision_tower.",
-    "multi_modal_projector.",
-)
-PRISMATIC_VISION_PREFIXES = ("vision_backbone.", "projector.")
-# LeRobot saves its pi-family policies' PaliGemma under these (fine-tuned folders with `model.`).
-POLICY_PREFIXES = ("model.paligemma_with_expert.paligemma.", "paligemma_with_expert.paligemma.")
-NON_DECODER_PREFIXES = LLAVA_VISION_PREFIXES + PRISMATIC_VISION_PREFIXES
 _LAYOUT_PREFIXES = (
     ("model.language_model.", "model."),
     ("language_model.model.", "model."),
@@ -48,6 +39,16 @@ _LAYOUT_PREFIXES = (
 # Buffers some older checkpoints saved; they are recomputed, never loaded.
 _IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)
 _MAX_LISTED = 8
+
+
+@dataclass(frozen=True)
+class DecoderLayout:
+    """Where a folder's decoder tensors are: `strip` prefixes are removed before the names are
+    read in the plain Llama layout; tensors under `skip` belong to other loaders (a vision
+    tower, a projector)."""
+
+    strip: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()
 
 # checkpoint tensor name -> [(parameter name, first row, shape)]
 LoadPlan = dict[str, list[tuple[str, int, tuple[int, ...]]]]
@@ -80,18 +81,18 @@ def tensor_files(model_path: str | Path) -> dict[str, Path]:
     return names
 
 
-def unprefixed(name: str) -> str:
-    """A checkpoint name without the pi-policy prefix it may carry (`POLICY_PREFIXES`)."""
-    for prefix in POLICY_PREFIXES:
+def unprefixed(name: str, strip: tuple[str, ...]) -> str:
+    """A checkpoint name without the first of the outer prefixes `strip` it carries."""
+    for prefix in strip:
         if name.startswith(prefix):
             return name[len(prefix) :]
     return name
 
 
-def decoder_name(name: str) -> str | None:
+def decoder_name(name: str, layout: DecoderLayout) -> str | None:
     """The plain-Llama name of a decoder tensor; None for tensors that belong to something else."""
-    name = unprefixed(name)
-    if name.startswith(NON_DECODER_PREFIXES) or name.endswith(_IGNORED_SUFFIXES):
+    name = unprefixed(name, layout.strip)
+    if name.startswith(layout.skip) or name.endswith(_IGNORED_SUFFIXES):
         return None
     for prefix, canonical in _LAYOUT_PREFIXES:
         if name.startswith(prefix):
@@ -102,16 +103,18 @@ def decoder_name(name: str) -> str | None:
 def load_decoder_weights(
     model: nn.Module,
     model_path: str | Path,
+    layout: DecoderLayout,
     *,
     progress: bool = True,
     skip: Callable[[str], bool] | None = None,
 ) -> None:
     """Validate the checkpoint against `model.weight_sources()`, then copy it in. Tensors for
-    which `skip(name)` holds belong to another loader (a pi0 policy's action expert)."""
+    which `skip(name)` holds belong to another loader (an action head)."""
     files = tensor_files(model_path)
     if skip is not None:
         files = {name: file for name, file in files.items() if not skip(name)}
-    plan = _load_plan(model.weight_sources(), header_shapes(files, decoder_name))
+    found = header_shapes(files, lambda name: decoder_name(name, layout))
+    plan = _load_plan(model.weight_sources(), found)
     copy_planned(model, plan, files, progress=progress)
 
 
@@ -136,35 +139,41 @@ def copy_planned(
 
 
 def load_tensors_with_prefix(
-    model_path: str | Path, prefixes: Iterable[str], *, device: str | torch.device = "cpu"
+    model_path: str | Path,
+    prefixes: Iterable[str],
+    *,
+    strip: tuple[str, ...] = (),
+    device: str | torch.device = "cpu",
 ) -> dict[str, torch.Tensor]:
-    """Every tensor whose name (without a pi-policy prefix) starts with one of `prefixes`, under
-    that name."""
+    """Every tensor whose name (without an outer prefix of `strip`) starts with one of
+    `prefixes`, under that name."""
     out: dict[str, torch.Tensor] = {}
-    for file, names in _names_by_file(model_path, prefixes).items():
+    for file, names in _names_by_file(model_path, prefixes, strip).items():
         with safe_open(str(file), framework="pt", device=str(device)) as f:
             out.update({short: f.get_tensor(name) for name, short in names})
     return out
 
 
-def tensor_shapes(model_path: str | Path, prefixes: Iterable[str]) -> dict[str, tuple[int, ...]]:
+def tensor_shapes(
+    model_path: str | Path, prefixes: Iterable[str], strip: tuple[str, ...] = ()
+) -> dict[str, tuple[int, ...]]:
     """Shape of every tensor `load_tensors_with_prefix` would load, from the file headers."""
     shapes: dict[str, tuple[int, ...]] = {}
-    for file, names in _names_by_file(model_path, prefixes).items():
+    for file, names in _names_by_file(model_path, prefixes, strip).items():
         with safe_open(str(file), framework="pt") as f:
             shapes.update({short: tuple(f.get_slice(name).get_shape()) for name, short in names})
     return shapes
 
 
 def _names_by_file(
-    model_path: str | Path, prefixes: Iterable[str]
+    model_path: str | Path, prefixes: Iterable[str], strip: tuple[str, ...]
 ) -> dict[Path, list[tuple[str, str]]]:
-    """file -> [(checkpoint name, name without a pi-policy prefix)] of the names `prefixes`
+    """file -> [(checkpoint name, name without an outer prefix)] of the names `prefixes`
     select."""
     prefixes = tuple(prefixes)
     by_file: dict[Path, list[tuple[str, str]]] = defaultdict(list)
     for name, file in tensor_files(model_path).items():
-        short = unprefixed(name)
+        short = unprefixed(name, strip)
         if short.startswith(prefixes):
             by_file[file].append((name, short))
     return by_file
@@ -218,8 +227,8 @@ def _load_plan(sources: WeightSources, found: FoundShapes) -> LoadPlan:
         found = {**found, head: found[embed]}  # tied
     needed = {canonical for parts in sources.values() for canonical, _shape in parts}
     if embed not in found and head in found and head not in needed:
-        # Tied, saved once under the head's name (PaliGemma in LeRobot policies): LeRobot copies
-        # lm_head into embed_tokens on load.
+        # Tied, saved once under the head's name (as LeRobot saves its policies' backbones; it
+        # copies lm_head into embed_tokens on load).
         found = {**found, embed: found[head]}
     # A tied model ignores a saved lm_head, as the reference implementation does.
     return plan_weights(sources, found, ignored=(head,))

@@ -26,7 +26,7 @@ from vla_server.multimodal.image_input import (
     load_frame,
 )
 from vla_server.multimodal.pixel_cache import KnownFrame, PixelCache
-from vla_server.multimodal.preprocessors import Preprocessor, apply_preprocessor, reads_arrays
+from vla_server.multimodal.preprocessor import ImagePreprocessor
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class ProcessedImage:
 @dataclass(frozen=True)
 class ImagePipeline:
     policy: MediaPolicy
-    preprocess: Preprocessor
+    preprocess: ImagePreprocessor
     # Preprocessed pixels of recent frames (None: every frame is resized again).
     cache: PixelCache | None = None
     preprocess_digest: bytes = field(init=False)
@@ -48,7 +48,7 @@ class ImagePipeline:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "preprocess_digest", self.preprocess.digest())
-        object.__setattr__(self, "reads_arrays", reads_arrays(self.preprocess))
+        object.__setattr__(self, "reads_arrays", self.preprocess.reads_arrays)
 
     def process(
         self, items: Sequence[ImageItem], mm_hashes: Sequence[str] | str | None = None
@@ -99,7 +99,7 @@ class ImagePipeline:
         cached = None if self.cache is None else self.cache.get(hash128)
         if cached is not None:
             return cached
-        pixels = apply_preprocessor(frame, self.preprocess)
+        pixels = self.preprocess.apply(frame)
         if self.cache is not None:
             self.cache.put(hash128, pixels)
         return pixels

@@ -14,6 +14,8 @@ one pass).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import functools
 import math
 
@@ -24,6 +26,23 @@ from vla_server.multimodal.image_decode import RgbFrame, as_pixels, frame_hw
 from vla_server.multimodal.preprocess_config import PreprocessConfig
 from vla_server.multimodal.resize import resize_rgb
 from vla_server.multimodal.value_tables import look_up, value_tables
+
+
+@dataclass(frozen=True)
+class HfImagePreprocessor:
+    """A transformers image processor's settings as an `ImagePreprocessor`."""
+
+    cfg: PreprocessConfig
+
+    @property
+    def reads_arrays(self) -> bool:
+        return self.cfg.resize_backend == "torch"
+
+    def digest(self) -> bytes:
+        return self.cfg.digest()
+
+    def apply(self, pixels: RgbFrame) -> np.ndarray:
+        return preprocess_image(pixels, self.cfg)
 
 
 def preprocess_image(pixels: RgbFrame, cfg: PreprocessConfig) -> np.ndarray:

@@ -17,7 +17,7 @@ import torch
 
 from vla_server.config import ThreadPlan
 from vla_server.io_struct import MMItem
-from vla_server.model.flow_matching import euler_update
+from vla_server.model.denoise import euler_update
 from vla_server.model.model_runner import ModelRunner
 from vla_server.model.sampling import (
     SamplingBatchInfo,

@@ -20,8 +20,8 @@ from vla_server.config import SchedulerConfig
 from vla_server.io_struct import AbortReq, RpcReply, SchedulerStats, TokenizedGenerateReqInput
 from vla_server.scheduler.control import SchedulerControl
 from vla_server.scheduler.deadline import StepTimer
+from vla_server.scheduler.denoise_state import FlowSpec
 from vla_server.scheduler.finish_check import FinishChecker
-from vla_server.scheduler.flow_state import FlowSpec
 from vla_server.scheduler.image_embedder import ImageEmbedder
 from vla_server.scheduler.intake import Intake
 from vla_server.scheduler.interfaces import Clock, OutputSink, Runner, SystemClock

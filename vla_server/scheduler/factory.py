@@ -14,12 +14,12 @@ from vla_server.config import ModelRunnerConfig, SchedulerConfig, ThreadPlan
 from vla_server.model.attention.registry import resolve_backend_name
 from vla_server.model.model_runner import ModelRunner
 from vla_server.model.tokenizer import load_tokenizer
-from vla_server.multimodal.action_tokenizer import load_action_tokenizer
-from vla_server.multimodal.flow_actions import FlowActionPolicy
+from vla_server.policies.bin_actions.action_tokenizer import load_action_tokenizer
+from vla_server.policies.pi0.flow_actions import FlowActionPolicy
 from vla_server.scheduler.batch_runner import BatchRunner
 from vla_server.scheduler.core import SchedulerCore
+from vla_server.scheduler.denoise_state import FlowSpec
 from vla_server.scheduler.finish_check import FinishChecker
-from vla_server.scheduler.flow_state import FlowSpec
 from vla_server.scheduler.image_embedder import ImageEmbedder
 from vla_server.scheduler.interfaces import OutputSink
 from vla_server.scheduler.kv_cache_manager import KVCacheManager

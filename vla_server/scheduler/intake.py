@@ -16,7 +16,7 @@ import torch
 
 from vla_server.config import SchedulerConfig
 from vla_server.io_struct import AbortReq, FinishSuperseded, TokenizedGenerateReqInput, abort
-from vla_server.scheduler.flow_state import FlowSpec, FlowState
+from vla_server.scheduler.denoise_state import FlowSpec, FlowState
 from vla_server.scheduler.interfaces import Clock
 from vla_server.scheduler.output_streamer import OutputStream
 from vla_server.scheduler.policy import PolicyConfig

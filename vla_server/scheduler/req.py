@@ -18,7 +18,7 @@ from vla_server.mem_cache.prefix_key import prefix_lm_key_head
 from vla_server.mem_cache.radix_cache import TreeNode
 from vla_server.model.sampling import SamplingParams
 from vla_server.multimodal.prefill_images import PrefillImages
-from vla_server.scheduler.flow_state import FlowState
+from vla_server.scheduler.denoise_state import FlowState
 
 # How many prompt ids ride along with a request's first output chunk as decoding context.
 DETOKENIZE_CONTEXT_IDS = 5

@@ -1,0 +1,78 @@
+"""pi0 / pi0.5's actions: what an action request on a flow-matching policy needs beside the
+model (the OpenVLA counterpart: `ActionTokenizer`; pi0-FAST's: `FastActionTokenizer`).
+
+* State: raw robot state, normalised with the checkpoint's statistics. pi0 feeds it to its
+  state token, zero-padded to `max_state_dim`; pi0.5 writes it into the prompt, discretised
+  into 256 bins over [-1, 1] from the unpadded normalised values (`np.digitize` without
+  clipping: below -1 gives -1, above 1 gives 255).
+* Noise: the documented seeded rule of every denoising head (`model/denoise.initial_noise`).
+* Chunk: the denoised `[chunk_size, max_action_dim]`, its first `action_dim` dims unnormalised.
+
+Statistics: openpi's `assets/<id>/norm_stats.json` for a folder openpi's conversion wrote, else
+LeRobot's processor files (none: values pass through, as LeRobot does).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vla_server.policies.pi_common.lerobot_config import LeRobotPolicySpec
+from vla_server.policies.pi_common.lerobot_normalizer import FeatureNormalizer, policy_normalizers
+from vla_server.policies.pi_common.openpi_norm_stats import openpi_normalizers
+from vla_server.policies.pi_common.policy_inputs import discretize_state
+
+
+class FlowActionPolicy:
+    kind = "flow"
+
+    def __init__(
+        self, spec: LeRobotPolicySpec, state_norm: FeatureNormalizer, action_norm: FeatureNormalizer
+    ):
+        self.spec = spec
+        self.state_norm, self.action_norm = state_norm, action_norm
+        self.action_dim = spec.action_dim
+        self.horizon = spec.chunk_size
+
+    @classmethod
+    def from_folder(cls, folder: Path, spec: LeRobotPolicySpec, openpi: bool) -> FlowActionPolicy:
+        """`openpi`: the folder is openpi's conversion (its statistics are openpi's)."""
+        if openpi:
+            norms = openpi_normalizers(folder, spec.normalization_mapping["STATE"])
+        else:
+            norms = policy_normalizers(folder, spec.normalization_mapping)
+        return cls(spec, *norms)
+
+    @property
+    def state_in_prompt(self) -> bool:
+        return self.spec.policy_type == "pi05"
+
+    def normalized_state(self, state: list[float]) -> np.ndarray:
+        return self.state_norm.normalize(np.asarray(state, dtype=np.float32))
+
+    def state_vector(self, state: list[float]) -> np.ndarray:
+        """pi0's state token input: float32 [max_state_dim], normalised, zero-padded."""
+        out = np.zeros(self.spec.max_state_dim, dtype=np.float32)
+        out[: len(state)] = self.normalized_state(state)
+        return out
+
+    def state_bins(self, state: list[float]) -> list[int]:
+        return discretize_state(self.normalized_state(state))
+
+    def unnormalize(self, chunk: np.ndarray) -> np.ndarray:
+        """float32 [chunk_size, max_action_dim] model output -> [chunk_size, action_dim]."""
+        return self.action_norm.unnormalize(chunk[:, : self.action_dim]).astype(np.float32)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "policy_type": self.spec.policy_type,
+            "action_dim": self.action_dim,
+            "chunk_size": self.horizon,
+            "num_inference_steps": self.spec.num_inference_steps,
+            "cameras": list(self.spec.cameras),
+            "state_dim": self.spec.state_dim,
+        }
+

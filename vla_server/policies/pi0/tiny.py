@@ -1,0 +1,197 @@
+"""Tiny random-weight pi0 and pi0.5 checkpoints in LeRobot's and openpi's folder layouts.
+
+The backbone, tokenizer, cameras, state/action sizes and statistics are the tiny pi0-FAST
+checkpoint's (`pi0fast_checkpoint`): PaliGemma with Gemma width 64, 2 layers, 4 query heads and
+1 KV head of 16, SigLIP at 28 px = 4 tokens per camera, two cameras, a 4-dim state, a 3-dim
+action, max dims 32. The action expert is a Gemma of width 32, MLP 64 and the backbone's depth
+and heads, described by a `dit_config` (transformers' `PI0Config.dit_config`); chunks of 4,
+10 Euler steps. Weights are drawn with a fixed seed and a wide spread, so outputs are not near 0.
+
+Layouts (`pi0_model_path(kind, layout)`):
+
+* "bare": LeRobot's base repositories: `config.json` (`"type": "pi0"|"pi05"`), the openpi keys
+  bare in `model.safetensors`, the policy pre/post processors with mean-std (pi0) or quantile
+  (pi0.5) statistics;
+* "prefixed": the same with every key under `model.` (fine-tuned repositories), plus the unused
+  `paligemma_with_expert.gemma_expert.lm_head.weight`;
+* "openpi": openpi's PyTorch conversion: bare keys with the unused expert `lm_head`, its small
+  `config.json` (plus `vlm_config`, `dit_config`, `image_resolution`, `cameras`, which openpi's
+  own files lack, to describe the tiny model) and `assets/tiny/norm_stats.json`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vla_server.model.checkpoint_cache import cached_folder
+from vla_server.policies.pi0.flow_keys import EXPERT_LM_HEAD, EXPERT_PREFIX, HEADS
+from vla_server.policies.pi0fast.tiny import (
+    ACTION_DIM,
+    ACTION_STATS,
+    CAMERAS,
+    FAST_VOCAB,
+    IMAGE_SIZE,
+    SKIP,
+    STATE_DIM,
+    STATE_STATS,
+    TEXT_BPE,
+    lerobot_tensors,
+    random_paligemma,
+    vlm_config,
+    write_json_file,
+    write_processors,
+)
+from vla_server.policies.pi0fast.tiny_tokenizers import build_text_tokenizer
+
+KINDS = ("pi0", "pi05")
+LAYOUTS = ("bare", "prefixed", "openpi")
+CHUNK = 4
+MAX_DIM = 32
+NUM_STEPS = 10
+EXPERT_WIDTH, EXPERT_MLP = 64 // 2, 64
+ASSET_ID = "tiny"
+VERSION = 1
+
+
+def dit_config() -> dict[str, Any]:
+    """The tiny expert as a transformers Gemma config dict (`PI0Config.dit_config`)."""
+    return {
+        "model_type": "gemma",
+        "hidden_size": EXPERT_WIDTH,
+        "num_hidden_layers": 2,
+        "intermediate_size": EXPERT_MLP,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 1,
+        "head_dim": 16,
+        "hidden_act": "gelu_pytorch_tanh",
+    }
+
+
+def _shapes(kind: str) -> dict[str, tuple[int, ...]]:
+    """Every flow tensor (bare openpi name) and its shape."""
+    d = dit_config()
+    w, mlp, heads_dim = d["hidden_size"], d["intermediate_size"], d["head_dim"]
+    q, kv = d["num_attention_heads"] * heads_dim, d["num_key_value_heads"] * heads_dim
+    out: dict[str, tuple[int, ...]] = {}
+    norm = (
+        {"weight": (w,)} if kind == "pi0" else {"dense.weight": (3 * w, w), "dense.bias": (3 * w,)}
+    )
+    for i in range(d["num_hidden_layers"]):
+        layer = f"{EXPERT_PREFIX}model.layers.{i}."
+        for name, shape in (("q_proj", (q, w)), ("k_proj", (kv, w)), ("v_proj", (kv, w)),
+                            ("o_proj", (w, q))):  # fmt: skip
+            out[f"{layer}self_attn.{name}.weight"] = shape
+        for name, shape in (
+            ("gate_proj", (mlp, w)),
+            ("up_proj", (mlp, w)),
+            ("down_proj", (w, mlp)),
+        ):
+            out[f"{layer}mlp.{name}.weight"] = shape
+        for which in ("input_layernorm", "post_attention_layernorm"):
+            out.update({f"{layer}{which}.{n}": s for n, s in norm.items()})
+    out.update({f"{EXPERT_PREFIX}model.norm.{n}": s for n, s in norm.items()})
+    head_in = {"state_proj": MAX_DIM, "action_in_proj": MAX_DIM, "action_out_proj": w,
+               "action_time_mlp_in": 2 * w, "action_time_mlp_out": w, "time_mlp_in": w,
+               "time_mlp_out": w}  # fmt: skip
+    for head in HEADS[kind]:
+        rows = MAX_DIM if head == "action_out_proj" else w
+        out[f"{head}.weight"], out[f"{head}.bias"] = (rows, head_in[head]), (rows,)
+    return out
+
+
+def random_flow_tensors(kind: str, seed: int) -> dict[str, torch.Tensor]:
+    """The expert and heads with wide random weights; norm offsets and biases narrower."""
+    generator = torch.Generator().manual_seed(seed + 2)
+    out = {}
+    for name, shape in _shapes(kind).items():
+        noise = torch.randn(shape, generator=generator)
+        out[name] = 0.2 * noise if len(shape) >= 2 else 0.1 * noise
+    return out
+
+
+def _lerobot_config(kind: str, vlm: dict[str, Any]) -> dict[str, Any]:
+    visual = {"type": "VISUAL", "shape": [3, IMAGE_SIZE, IMAGE_SIZE]}
+    mode = "MEAN_STD" if kind == "pi0" else "QUANTILES"
+    return {
+        "type": kind,
+        "n_obs_steps": 1,
+        "input_features": {
+            **{f"observation.images.{c}": visual for c in CAMERAS},
+            "observation.state": {"type": "STATE", "shape": [STATE_DIM]},
+        },
+        "output_features": {"action": {"type": "ACTION", "shape": [ACTION_DIM]}},
+        "normalization_mapping": {"VISUAL": "IDENTITY", "STATE": mode, "ACTION": mode},
+        "paligemma_variant": "gemma_2b",
+        "action_expert_variant": "gemma_300m",
+        "dtype": "float32",
+        "chunk_size": CHUNK,
+        "n_action_steps": CHUNK,
+        "max_state_dim": MAX_DIM,
+        "max_action_dim": MAX_DIM,
+        "num_inference_steps": NUM_STEPS,
+        "min_period": 4e-3,
+        "max_period": 4.0,
+        "image_resolution": [IMAGE_SIZE, IMAGE_SIZE],
+        "tokenizer_max_length": 48 if kind == "pi0" else 200,
+        "vlm_config": vlm,
+        "dit_config": dit_config(),
+    }
+
+
+def _openpi_config(vlm: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "action_dim": MAX_DIM,
+        "action_horizon": CHUNK,
+        "paligemma_variant": "gemma_2b",
+        "action_expert_variant": "gemma_300m",
+        "precision": "float32",
+        "vlm_config": vlm,
+        "dit_config": dit_config(),
+        "image_resolution": [IMAGE_SIZE, IMAGE_SIZE],
+        "cameras": list(CAMERAS),
+    }
+
+
+def _write_norm_stats(out: Path) -> None:
+    folder = out / "assets" / ASSET_ID
+    folder.mkdir(parents=True)
+    stats = {"norm_stats": {"state": STATE_STATS, "actions": ACTION_STATS}}
+    (folder / "norm_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+
+
+def build_pi0(out: Path, kind: str, layout: str, seed: int = 0) -> None:
+    from safetensors.torch import save_file
+
+    tokenizer = build_text_tokenizer(TEXT_BPE, FAST_VOCAB, SKIP)
+    vlm = vlm_config(len(tokenizer))
+    tensors = {**lerobot_tensors(random_paligemma(vlm, seed), "bare"),
+               **random_flow_tensors(kind, seed)}  # fmt: skip
+    if layout != "bare":
+        generator = torch.Generator().manual_seed(seed + 3)
+        tensors[EXPERT_LM_HEAD] = torch.randn((len(tokenizer), EXPERT_WIDTH), generator=generator)
+    if layout == "prefixed":
+        tensors = {"model." + name: tensor for name, tensor in tensors.items()}
+    save_file(tensors, str(out / "model.safetensors"))
+    tokenizer.save_pretrained(out)
+    if layout == "openpi":
+        write_json_file(out / "config.json", _openpi_config(vlm))
+        _write_norm_stats(out)
+    else:
+        write_json_file(out / "config.json", _lerobot_config(kind, vlm))
+        write_processors(out, "MEAN_STD" if kind == "pi0" else "QUANTILES")
+
+
+def pi0_model_path(kind: str, layout: str, seed: int = 0) -> Path:
+    """The tiny pi0 ("pi0") or pi0.5 ("pi05") folder in `layout`, built into the checkpoint
+    cache on first use."""
+    if kind not in KINDS or layout not in LAYOUTS:
+        raise ValueError(
+            f"unknown kind {kind!r} or layout {layout!r} (kinds: {', '.join(KINDS)}; "
+            f"layouts: {', '.join(LAYOUTS)})"
+        )
+    name = f"tiny-{kind}-v{VERSION}-{layout}-{seed}"
+    return cached_folder(name, lambda out: build_pi0(out, kind, layout, seed))

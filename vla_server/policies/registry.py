@@ -1,0 +1,74 @@
+"""Which family a checkpoint folder belongs to: the one place a folder is classified.
+
+`detect(folder)` reads the folder's `config.json` and asks each registered family, in order,
+whether it reads that kind of config (`config_types`: LeRobot's `type`, Hugging Face's
+`model_type`); a family may describe a conversion folder as the config it amounts to
+(`describe_config`). The processes that did not detect the folder build the same family from
+the readiness handshake's `ModelInfo` (`from_info`). Adding a family is one line in `FAMILIES`
+(or `register` at run time, for a family that lives outside this package).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from vla_server.io_struct import ModelInfo
+from vla_server.policies.base import PolicyFamily
+from vla_server.policies.llava.family import LlavaFamily
+from vla_server.policies.openvla.family import OpenVLAFamily
+from vla_server.policies.pi0.family import Pi0Family
+from vla_server.policies.pi0fast.family import Pi0FastFamily
+
+FAMILIES: list[type[PolicyFamily]] = [OpenVLAFamily, Pi0FastFamily, Pi0Family, LlavaFamily]
+
+
+class UnknownCheckpoint(ValueError):
+    """No family reads this folder."""
+
+
+def register(family: type[PolicyFamily]) -> None:
+    """Add a family ahead of the built-in ones (a later registration wins a shared type)."""
+    if family not in FAMILIES:
+        FAMILIES.insert(0, family)
+
+
+def unregister(family: type[PolicyFamily]) -> None:
+    if family in FAMILIES:
+        FAMILIES.remove(family)
+
+
+def detect(folder: str | Path) -> PolicyFamily:
+    """The family of the checkpoint in `folder`; UnknownCheckpoint names what was looked for."""
+    path = Path(folder)
+    raw = _read_config(path)
+    for family in FAMILIES:
+        config = family.describe_config(path, raw)
+        kind = config.get("type") or config.get("model_type")
+        if kind in family.config_types:
+            return family(path, config)
+    known = sorted({t for family in FAMILIES for t in family.config_types})
+    raise UnknownCheckpoint(
+        f"{path / 'config.json'}: no policy family reads type/model_type "
+        f"{raw.get('type') or raw.get('model_type')!r} (known: {', '.join(known)})"
+    )
+
+
+def from_info(info: ModelInfo) -> PolicyFamily:
+    """The family the scheduler detected, built in another process from the handshake."""
+    family = next((f for f in FAMILIES if f.name == info.family), None)
+    if family is None:
+        raise UnknownCheckpoint(f"the scheduler reports family {info.family!r}, not registered here")
+    path = Path(info.model_path)
+    return family(path, family.describe_config(path, _read_config(path)))
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    config = path / "config.json"
+    if not config.is_file():
+        raise UnknownCheckpoint(f"{path} holds no config.json (a checkpoint folder needs one)")
+    raw = json.loads(config.read_text())
+    if not isinstance(raw, dict):
+        raise UnknownCheckpoint(f"{config} is not a JSON object")
+    return raw
