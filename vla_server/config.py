@@ -23,6 +23,13 @@ def _opt(default: Any, help: str, **kw: Any) -> Any:
 class ServerArgs:
     model_path: str | None = _opt(None, "HF-format checkpoint folder (default: the demo VLA)")
     tokenizer_path: str | None = _opt(None, "tokenizer folder (default: model_path)")
+    policy_plugin: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "a module to import in every process before the checkpoint is classified: "
+            "it registers a policy family that lives outside vla_server (repeatable)"
+        },
+    )
     host: str = _opt("127.0.0.1", "HTTP bind address")
     port: int = _opt(30000, "HTTP port")
     api_key: str | None = _opt(
@@ -145,11 +152,10 @@ class ServerArgs:
             "observation.state)"
         },
     )
-    pi0_prompt_convention: str = _opt(
+    prompt_convention: str = _opt(
         "auto",
-        "pi0-FAST action prompts: LeRobot's (a second BOS closes the bidirectional prefix, "
-        "positions run on) or openpi's (lower-cased task, no second BOS, the generated tokens one "
-        "position further on); auto: the checkpoint's origin (LeRobot folders: lerobot)",
+        "whose conventions a policy's action prompts follow where LeRobot's and openpi's differ "
+        "(see the policy family's prompt module); auto: the checkpoint's origin",
         choices=["auto", "lerobot", "openpi"],
     )
     watchdog_interval: float = _opt(0.2, "seconds between child liveness checks")
@@ -181,7 +187,9 @@ class ServerArgs:
     def configs(self) -> NodeConfig:
         """The per-component configs (model_path must be resolved first)."""
         assert self.model_path is not None, "resolve the model path first"
-        ckpt = CheckpointConfig(self.model_path, self.resolved_tokenizer_path())
+        ckpt = CheckpointConfig(
+            self.model_path, self.resolved_tokenizer_path(), tuple(self.policy_plugin)
+        )
         return NodeConfig(
             frontend=FrontendConfig(
                 **_pick(
@@ -241,6 +249,7 @@ class CheckpointConfig:
 
     model_path: str
     tokenizer_path: str
+    policy_plugins: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -267,7 +276,7 @@ class FrontendConfig:
     openpi_image_keys: tuple[str, ...]
     openpi_unnorm_key: str | None
     openpi_state_keys: tuple[str, ...]
-    pi0_prompt_convention: str
+    prompt_convention: str
 
 
 @dataclass(frozen=True)
@@ -298,7 +307,6 @@ class SchedulerConfig:
     decode_reserve_ratio: float
     enable_priority_scheduling: bool
     schedule_low_priority_values_first: bool
-    default_priority_value: int
     priority_scheduling_preemption_threshold: int
     disable_priority_preemption: bool
     realtime_priority: int | None

@@ -30,6 +30,7 @@ from vla_server.bench.multimodal import camera_frames
 from vla_server.bench.raw_step import measure_decode_steps, measure_extend_forwards
 from vla_server.bench.stats import summary_ms
 from vla_server.model.model_runner import ModelRunner
+from vla_server.policies.registry import detect
 from vla_server.server_subprocess import LOOPBACK, ServerProcess, free_port, run_server
 
 NEW_TOKENS = 16
@@ -144,7 +145,9 @@ def compare(path: Path, n_robots: int, requests: int, rounds: int) -> list[dict[
 def latency_floor(path: Path, prompt_tokens: int, new_tokens: int = NEW_TOKENS) -> dict[str, float]:
     """One request's model work alone, in-process (ms): the vision tower on one frame, the
     prompt's prefill and `new_tokens - 1` decode forwards; what no serving design goes below."""
-    runner = ModelRunner(path, max_total_tokens=1024, max_running_requests=2, progress=False)
+    runner = ModelRunner(
+        detect(path), max_total_tokens=1024, max_running_requests=2, progress=False
+    )
     assert runner.vision is not None
     side = runner.vision.spec.image_size
     pixels = np.zeros((3, side, side), np.float32)

@@ -31,7 +31,9 @@ import httpx
 from vla_server.bench.flow_split import INSTRUCTION, chunk_phases
 from vla_server.bench.multimodal import camera_frames
 from vla_server.bench.stats import plot_distributions, summary_ms, table, write_json
-from vla_server.policies.pi_common.lerobot_config import LeRobotPolicySpec, lerobot_spec
+from vla_server.policies.pi0.family import Pi0Family
+from vla_server.policies.pi_common.lerobot_config import LeRobotPolicySpec
+from vla_server.policies.registry import detect
 from vla_server.server_subprocess import ServerProcess, run_server
 
 
@@ -107,9 +109,10 @@ async def served_run(
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     path = _model_path(args)
-    spec = lerobot_spec(path)
-    if spec is None or not spec.is_flow:
+    family = detect(path)
+    if not isinstance(family, Pi0Family):
         raise SystemExit(f"{path} is not a pi0 / pi0.5 policy")
+    spec = family.spec
     print(f"model {path} ({spec.policy_type}); timing {args.reps} chunks by phase in-process ...")
     split = chunk_phases(path, args.reps)
     runs = []

@@ -12,21 +12,25 @@ import numpy as np
 import torch
 
 from vla_server.bench.stats import summary_ms
-from vla_server.model.denoise import euler_update, denoise_times
+from vla_server.model.denoise import denoise_times, euler_update, initial_noise
 from vla_server.model.model_runner import ModelRunner
-from vla_server.model.tokenizer import load_tokenizer
-from vla_server.policies.pi0.flow_actions import FlowActionPolicy, initial_noise
+from vla_server.policies.pi0.family import Pi0Family
 from vla_server.policies.pi0.prompt import flow_prompt_text
+from vla_server.policies.registry import detect
 
 INSTRUCTION = "pick up the red block and put it in the bowl"
 
 
 def chunk_phases(path: str | Path, reps: int, warmup: int = 2) -> dict[str, Any]:
     """ms per phase of one chunk (P50/P99 over `reps`), and each phase's share of the P50s."""
-    runner = ModelRunner(path, max_running_requests=1, progress=False)
-    policy = FlowActionPolicy.from_folder(path)
+    family = detect(path)
+    if not isinstance(family, Pi0Family):
+        raise SystemExit(f"{path} is not a pi0 / pi0.5 checkpoint")
+    runner = ModelRunner(family, max_running_requests=1, progress=False)
+    policy = family.policy()
     spec = policy.spec
-    ids = load_tokenizer(path)(flow_prompt_text(policy, INSTRUCTION, [0.0] * spec.state_dim))
+    text_in = flow_prompt_text(policy, INSTRUCTION, [0.0] * spec.state_dim, family.layout)
+    ids = family.tokenizer()(text_in)
     text = list(ids["input_ids"])
     h, w = spec.image_resolution
     rng = np.random.default_rng(0)
@@ -71,9 +75,9 @@ def _one_chunk(
     )  # fmt: skip
     runner.forward(batch, next_token_logits=False)  # as served: nothing samples
     t2 = time.perf_counter()
-    spec = runner.policy_spec
-    assert spec is not None
-    x = initial_noise(0, spec.chunk_size, spec.max_action_dim).to(runner.device)
+    head = runner.head
+    assert head is not None
+    x = initial_noise(0, head.chunk_size, head.width).to(runner.device)
     for t in denoise_times(steps):
         at = torch.full((1,), t, dtype=torch.float32, device=runner.device)
         x = euler_update(x, runner.denoise([row], [len(ids)], x, at, state), steps)

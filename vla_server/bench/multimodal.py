@@ -31,7 +31,6 @@ import argparse
 import asyncio
 import base64
 import io
-import json
 import tempfile
 import time
 from collections.abc import Callable
@@ -52,10 +51,11 @@ from vla_server.multimodal.image_decode import as_pixels
 from vla_server.multimodal.image_hash import format_mm_hash
 from vla_server.multimodal.image_input import MediaPolicy, load_frame
 from vla_server.multimodal.image_pipeline import ImagePipeline
-from vla_server.multimodal.preprocessors import apply_preprocessor, load_preprocessor
+from vla_server.multimodal.preprocessor import ImagePreprocessor
 from vla_server.policies.openvla import prompt as openvla_prompt
-from vla_server.policies.openvla.prismatic_config import PRISMATIC_MODEL_TYPES
-from vla_server.policies.pi_common.lerobot_config import lerobot_spec
+from vla_server.policies.pi0.family import Pi0Family
+from vla_server.policies.pi0fast.family import Pi0FastFamily
+from vla_server.policies.registry import detect
 from vla_server.server_subprocess import ServerProcess, run_server
 
 PROMPT = "In: {instruction}\n<image>\nOut:"
@@ -105,15 +105,14 @@ def pi0fast_layout(cameras: int, state_dim: int) -> Layout:
 
 
 def layout_of(model_path: Path) -> Layout:
-    policy = lerobot_spec(model_path)
-    if policy is not None and policy.is_flow:
+    family = detect(model_path)
+    if isinstance(family, Pi0Family):
         raise SystemExit(
             f"{model_path} is a pi0 / pi0.5 policy: use `python -m vla_server.bench flow`"
         )
-    if policy is not None:
-        return pi0fast_layout(len(policy.cameras), policy.state_dim)
-    model_type = json.loads((model_path / "config.json").read_text()).get("model_type")
-    return OPENVLA_LAYOUT if model_type in PRISMATIC_MODEL_TYPES else LLAVA_LAYOUT
+    if isinstance(family, Pi0FastFamily):
+        return pi0fast_layout(len(family.spec.cameras), family.spec.state_dim)
+    return OPENVLA_LAYOUT if family.name == "openvla" else LLAVA_LAYOUT
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -164,7 +163,7 @@ def pipeline_costs(model_path: Path, frames: list[str]) -> dict[str, list[float]
     is made for the server's own hash only (a raw-pixel client's array is converted to PIL for the
     resize); with torch's, that one array is hashed and resized."""
     pipelines = [
-        ImagePipeline(MediaPolicy(), load_preprocessor(model_path, backend))
+        ImagePipeline(MediaPolicy(), _preprocessor(model_path, backend))
         for backend in ("pil", "torch")
     ]
     costs: dict[str, list[float]] = {name: [] for name in PIPELINE_STAGES}
@@ -200,10 +199,10 @@ def _frame_costs(
     decode, decoded = clock(lambda: load_frame(frame, 0, pipeline.policy))
     to_array, pixels = clock(lambda: as_pixels(decoded))
     hashing, _ = clock(lambda: pipeline.hash_pixels(pixels))
-    resize, _ = clock(lambda: apply_preprocessor(decoded, pipeline.preprocess))
-    from_array, _ = clock(lambda: apply_preprocessor(pixels, pipeline.preprocess))
+    resize, _ = clock(lambda: pipeline.preprocess.apply(decoded))
+    from_array, _ = clock(lambda: pipeline.preprocess.apply(pixels))
     torch_total, _ = clock(lambda: torch_pipeline.process([frame]))
-    torch_resize, _ = clock(lambda: apply_preprocessor(pixels, torch_pipeline.preprocess))
+    torch_resize, _ = clock(lambda: torch_pipeline.preprocess.apply(pixels))
     seconds = (total, with_hash, decode, to_array, hashing, resize, from_array, torch_total,
                torch_resize)  # fmt: skip
     return dict(zip(PIPELINE_STAGES, seconds, strict=True))
@@ -401,3 +400,10 @@ def report(
     )
     print(f"wrote {args.out}/multimodal-{path.name}.json and .png")
     return result
+
+
+def _preprocessor(model_path: Path, backend: str) -> ImagePreprocessor:
+    preprocess = detect(model_path).image_preprocessor(backend)
+    if preprocess is None:
+        raise SystemExit(f"{model_path} takes no images")
+    return preprocess

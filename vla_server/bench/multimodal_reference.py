@@ -9,10 +9,10 @@ the ratio compares model work with model work plus the node's HTTP and IPC.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.support.prismatic_ref.oracle_env import reference_predict
 from vla_server.bench.stats import summary_ms
 from vla_server.bench.stream_client import StreamTiming
 
@@ -46,7 +46,7 @@ def reference_rounds(
         for instruction in cases.values()
     ]
     print(f"reference: OpenVLA predict_action on {len(requests)} requests, {threads} threads ...")
-    results = reference_predict(path, requests, threads=threads)
+    results = _reference_predict()(path, requests, threads=threads)
     rows = []
     for i, case in enumerate(cases):
         timings = served[case]
@@ -69,3 +69,15 @@ def reference_rounds(
             }
         )
     return rows
+
+
+def _reference_predict() -> Callable[..., Any]:
+    """The oracle lives with the tests (it ships in no wheel): a run from a checkout finds it."""
+    try:
+        from tests.support.prismatic_ref.oracle_env import reference_predict
+    except ImportError as e:
+        raise SystemExit(
+            "the reference column needs the repository checkout (tests/support/prismatic_ref); "
+            "run the bench from the repository root"
+        ) from e
+    return reference_predict

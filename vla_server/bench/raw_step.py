@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from vla_server.io_struct import TokenizedGenerateReqInput
 from vla_server.model.model_runner import ModelRunner
 from vla_server.model.sampling import SamplingParams
+from vla_server.policies.registry import detect
 from vla_server.scheduler.batch_runner import BatchRunner
 from vla_server.scheduler.kv_cache_manager import KVCacheManager
 from vla_server.scheduler.req import Req
@@ -32,7 +33,7 @@ def measure_decode_steps(
     model call, the floor any serving overhead is measured against)."""
     n_new = steps + warmup + 2
     runner = ModelRunner(
-        model_path,
+        detect(model_path),
         max_total_tokens=batch_size * (prompt_len + n_new + 1),
         max_running_requests=batch_size,
         progress=False,
@@ -77,7 +78,7 @@ def measure_extend_forwards(
     turn's new tokens cost with and without the history they attend to."""
     total = prefix_tokens + new_tokens
     runner = ModelRunner(
-        model_path,
+        detect(model_path),
         max_total_tokens=(reps + warmup) * total + 1,
         max_running_requests=reps + warmup,
         progress=False,

@@ -1,4 +1,8 @@
-"""The detokenizer process: token ids from the scheduler in, text deltas to the main process out."""
+"""The detokenizer process: token ids from the scheduler in, text deltas to the main process out.
+
+It builds the checkpoint's policy family from the scheduler's `ModelInfo` (the launcher hands it
+over once the scheduler is ready); the family's action decoder turns action requests' outputs
+into actions."""
 
 from __future__ import annotations
 
@@ -12,17 +16,13 @@ from vla_server.io_struct import (
     BatchStrOutput,
     BatchTokenIDOutput,
     FinishActionError,
+    ModelInfo,
     decode_or_drop,
     detokenizer_input_decoder,
     encode,
 )
-from vla_server.model.tokenizer import load_tokenizer
-from vla_server.policies.bin_actions.action_tokenizer import ActionTokenizer, load_action_tokenizer
-from vla_server.policies.bin_actions.detokenizer import ActionDetokenizer, ActionStep
-from vla_server.policies.pi0.detokenizer import chunk_actions
-from vla_server.policies.pi0.flow_actions import FlowActionPolicy
-from vla_server.policies.pi0fast.detokenizer import FastActionDetokenizer
-from vla_server.policies.pi0fast.fast_actions import FastActionTokenizer
+from vla_server.policies.base import ActionOutput, ActionStep
+from vla_server.policies.registry import checkpoint_tokenizer, from_info, import_plugins
 from vla_server.process_utils import (
     IDLE_POLL_MS,
     Heartbeat,
@@ -33,15 +33,12 @@ from vla_server.process_utils import (
 
 
 class DetokenizerManager:
-    def __init__(self, cfg: DetokenizerConfig, port_args: PortArgs):
-        tokenizer = load_tokenizer(cfg.checkpoint.tokenizer_path)
+    def __init__(self, cfg: DetokenizerConfig, port_args: PortArgs, info: ModelInfo):
+        import_plugins(cfg.checkpoint.policy_plugins)
+        family = from_info(info)
+        tokenizer = checkpoint_tokenizer(family, cfg.checkpoint.tokenizer_path)
         self.decoder = IncrementalDecoder(tokenizer, vocab_size=len(tokenizer))
-        actions = load_action_tokenizer(cfg.checkpoint.model_path, tokenizer)
-        self.actions = ActionDetokenizer(actions if isinstance(actions, ActionTokenizer) else None)
-        self.fast = (
-            FastActionDetokenizer(actions) if isinstance(actions, FastActionTokenizer) else None
-        )
-        self.flow = actions if isinstance(actions, FlowActionPolicy) else None
+        self.actions = family.action_decoder(tokenizer)
         self.ctx = zmq.Context(2)
         self.recv_sock = zmq_socket(self.ctx, zmq.PULL, port_args.detokenizer_ipc_name, bind=True)
         self.send_sock = zmq_socket(self.ctx, zmq.PUSH, port_args.tokenizer_ipc_name, bind=False)
@@ -92,14 +89,19 @@ class DetokenizerManager:
         )
 
     def _action_step(self, msg: BatchTokenIDOutput, i: int, new_ids: list[int]) -> ActionStep:
-        rid, finished = msg.rids[i], msg.finished_reasons[i]
-        count = msg.action_counts[i] if msg.action_counts else 0
-        if self.flow is not None:
-            return chunk_actions(self.flow, msg.action_chunks[i], count)
-        if self.fast is None:
-            return self.actions.step(rid, new_ids, msg.action_keys[i], finished is not None)
-        relaxed = bool(msg.relaxed_actions and msg.relaxed_actions[i])
-        return self.fast.step(rid, new_ids, finished, count, relaxed)
+        if self.actions is None:  # the scheduler refuses action requests of such a model
+            return ActionStep([], 0, "this model has no action decoder")
+        return self.actions.step(
+            ActionOutput(
+                rid=msg.rids[i],
+                new_ids=new_ids,
+                finished=msg.finished_reasons[i],
+                unnorm_key=msg.unnorm_keys[i] if msg.unnorm_keys else None,
+                num_actions=msg.num_actions[i] if msg.num_actions else 0,
+                relaxed_decoding=bool(msg.relaxed_decoding and msg.relaxed_decoding[i]),
+                chunk=msg.chunks[i] if msg.chunks else None,
+            )
+        )
 
     @staticmethod
     def _first_flags(msg: BatchTokenIDOutput) -> list[bool]:
@@ -123,17 +125,18 @@ class DetokenizerManager:
 def run_detokenizer_process(
     cfg: DetokenizerConfig,
     port_args: PortArgs,
+    info_pipe: Connection,
     ready_pipe: Connection,
     parent_pid: int,
     heartbeat: Heartbeat,
 ) -> None:
-    """Reports ready once its sockets are up, so the node never answers /health before the
-    path back to the clients exists."""
+    """Waits for the scheduler's `ModelInfo` on `info_pipe`; reports ready once its sockets are
+    up, so the node never answers /health before the path back to the clients exists."""
     run_child_process(
         "vla-detokenizer",
         cfg.log_level,
         ready_pipe,
-        build=lambda: DetokenizerManager(cfg, port_args),
+        build=lambda: DetokenizerManager(cfg, port_args, info_pipe.recv()),
         ready_info=lambda _: {"status": "ready"},
         serve=lambda manager: manager.event_loop(parent_pid, heartbeat),
     )

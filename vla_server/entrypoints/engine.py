@@ -25,7 +25,6 @@ from vla_server.frontend.generate_request import GenerateItem, from_kwargs, norm
 from vla_server.frontend.stream_output import stream_shaper
 from vla_server.frontend.tokenizer_manager import TokenizerManager
 from vla_server.frontend.watchdog import SubprocessWatchdog
-from vla_server.model.tokenizer import load_tokenizer
 from vla_server.process_utils import CHECKPOINT_ERRORS, Heartbeat, freeze_startup_heap
 from vla_server.scheduler.process import run_scheduler_process
 
@@ -106,6 +105,7 @@ def launch_node(server_args: ServerArgs) -> Node:
     ctx = mp.get_context("spawn")
     sched_reader, sched_writer = ctx.Pipe(duplex=False)
     detok_reader, detok_writer = ctx.Pipe(duplex=False)
+    info_reader, info_writer = ctx.Pipe(duplex=False)  # the scheduler's ModelInfo, to the detok
     parent = os.getpid()
     heartbeats = [Heartbeat(ctx), Heartbeat(ctx)]
     sched = ctx.Process(
@@ -115,7 +115,7 @@ def launch_node(server_args: ServerArgs) -> Node:
     )
     detok = ctx.Process(
         target=run_detokenizer_process,
-        args=(configs.detokenizer, port_args, detok_writer, parent, heartbeats[1]),
+        args=(configs.detokenizer, port_args, info_reader, detok_writer, parent, heartbeats[1]),
         name="detokenizer",
     )
     procs: list[BaseProcess] = [sched, detok]
@@ -130,9 +130,13 @@ def launch_node(server_args: ServerArgs) -> Node:
         sched_writer.close()
         detok.start()
         detok_writer.close()
-        tokenizer = load_tokenizer(configs.frontend.checkpoint.tokenizer_path)
-        tm = TokenizerManager(configs.frontend, port_args, tokenizer)
-        info = wait_for_ready({sched: sched_reader, detok: detok_reader})["scheduler"]
+        info_reader.close()
+        tm = TokenizerManager(configs.frontend, port_args)
+        # The scheduler detects the checkpoint's family; the others build it from its report.
+        info = wait_for_ready({sched: sched_reader})["scheduler"]
+        info_writer.send(info)
+        info_writer.close()
+        wait_for_ready({detok: detok_reader})
         tm.set_model_info(info)
     except BaseException as e:
         stop_processes(procs)
@@ -145,18 +149,18 @@ def launch_node(server_args: ServerArgs) -> Node:
     logger.info(
         "node ready: model %s, KV pool %d tokens, context %d",
         args.model_path,
-        info["max_total_num_tokens"],
-        info["context_len"],
+        info.max_total_num_tokens,
+        info.context_len,
     )
     freeze_startup_heap()  # the front end's share of the GC pauses, see process_utils
-    return Node(args, configs, port_args, tm, procs, heartbeats, info)
+    return Node(args, configs, port_args, tm, procs, heartbeats, info.server_info())
 
 
-def wait_for_ready(readers: dict[BaseProcess, Connection]) -> dict[str, dict[str, Any]]:
+def wait_for_ready(readers: dict[BaseProcess, Connection]) -> dict[str, Any]:
     """Each child's ready message, by process name. The first child to report an error, or to
     die without reporting (its pipe closes), fails start-up at once with its message or exit
     code: the one that failed is named, whichever child the others were waiting behind."""
-    infos: dict[str, dict[str, Any]] = {}
+    infos: dict[str, Any] = {}
     pending = {conn: child for child, conn in readers.items()}
     while pending:
         for conn in mp_wait(list(pending), timeout=READY_POLL_S):
@@ -168,7 +172,7 @@ def wait_for_ready(readers: dict[BaseProcess, Connection]) -> dict[str, dict[str
                 raise StartupError(
                     f"{child.name} process exited with code {child.exitcode} during start-up"
                 ) from None
-            if info.get("status") != "ready":
+            if isinstance(info, dict) and info.get("status") != "ready":
                 raise StartupError(f"{child.name} failed to start: {info.get('message')}")
             infos[child.name] = info
     return infos

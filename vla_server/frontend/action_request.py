@@ -1,14 +1,12 @@
 """One action query (images + instruction -> action vectors) on the TokenizerManager, with timing.
 
-Shared by `POST /v1/actions` and the openpi policy WebSocket: both parse their body into an
-`ActionsBody` (the /v1/actions body; an openpi observation maps onto it), and `action_item` makes
-the normalised request. The prompt is the checkpoint's chat template over one user turn,
-instruction first and images last (see `instruction_messages`), or for an OpenVLA checkpoint
-OpenVLA's own prompt (`openvla_prompt`), or for a pi-family policy its task-and-state prompt
-(`pi0fast_prompt`, `flow_prompt`, with the cameras and state of `pi_policy_inputs`); sampling is
-greedy unless the caller sets a temperature; a pi0 / pi0.5 chunk is denoised from the noise of
-`seed` (`flow_actions.initial_noise`). The query always runs as a stream inside the node, so
-each action's completion time is known even when the caller wants one reply.
+Shared by `POST /v1/actions`, the openpi policy WebSocket and the robot doors: each parses its
+body into an `ActionsBody` (the /v1/actions body; the others map onto it), and `action_item`
+makes the normalised request. The prompt, the images in prompt order and any state that rides
+beside it are the policy family's (`PolicyFrontend.query_prompt`); sampling is greedy unless the
+caller sets a temperature; a denoised chunk starts from the noise of `seed`
+(`model/denoise.initial_noise`). The query always runs as a stream inside the node, so each
+action's completion time is known even when the caller wants one reply.
 """
 
 from __future__ import annotations
@@ -22,17 +20,10 @@ from typing import Any
 import msgspec
 
 from vla_server.errors import RequestError
-from vla_server.frontend.chat_prompt import chat_prompt_ids, instruction_messages
 from vla_server.frontend.common import finish_error
 from vla_server.frontend.generate_request import GenerateItem, parse_sampling
 from vla_server.frontend.tokenizer_manager import TokenizerManager
-from vla_server.policies.openvla.prompt import action_prompt
-from vla_server.policies.pi0.prompt import flow_prompt_text
-from vla_server.policies.pi_common.policy_inputs import (
-    camera_images,
-    check_prompt_tokens,
-    checked_state,
-)
+from vla_server.policies.base import ActionQuery
 
 
 class ActionFailed(RuntimeError):
@@ -41,13 +32,13 @@ class ActionFailed(RuntimeError):
 
 class ActionsBody(msgspec.Struct, forbid_unknown_fields=True):
     instruction: str
-    # One image or a list (cameras), any form POST /generate accepts; for a pi-family policy
-    # also a map keyed by camera name.
+    # One image or a list (cameras), any form POST /generate accepts; for a policy with named
+    # cameras also a map keyed by camera name.
     image_data: Any = None
     unnorm_key: str | None = None
-    num_actions: int | None = None  # None: 1, or a pi-family policy's whole chunk
-    state: Any = None  # raw robot state (pi-family policies)
-    relaxed_decoding: bool = False  # pi0-FAST: LeRobot's pad/truncate decoding
+    num_actions: int | None = None  # None: the policy's default (1, or its whole chunk)
+    state: Any = None  # raw robot state (policies that read one)
+    relaxed_decoding: bool = False  # a token chunk: LeRobot's pad/truncate decoding
     mm_hashes: Any = None
     temperature: float = 0.0
     seed: int | None = None
@@ -115,17 +106,6 @@ class ActionUpdate:
         return self.meta.get("finish_reason") is not None
 
 
-def resolved_unnorm_key(tm: TokenizerManager, unnorm_key: str | None) -> str | None:
-    """The statistics key a query uses (the single key when the caller gives none)."""
-    actions = tm.mm.actions
-    if actions is None:
-        raise RequestError("this model has no action tokenizer", "num_actions")
-    try:
-        return actions.resolve_unnorm_key(unnorm_key)
-    except ValueError as e:
-        raise RequestError(str(e), "unnorm_key") from None
-
-
 async def action_item(
     tm: TokenizerManager, body: ActionsBody, timing: ActionTiming
 ) -> GenerateItem:
@@ -135,91 +115,32 @@ async def action_item(
     if body.temperature < 0:
         raise RequestError("must be >= 0", "temperature")
     assert tm.limits is not None
-    policy = tm.mm.policy_spec
-    state = None
-    if policy is not None:
-        images = camera_images(policy, body.image_data)
-        ids, state = await _policy_prompt_ids(tm, body)
-    else:
-        images = _images(body)
-        ids = await _prompt_ids(tm, body.instruction, len(images))
+    policy = tm.policy
+    if policy.action_dim is None:
+        raise RequestError("this model has no action head", "num_actions")
+    query = ActionQuery(
+        instruction=body.instruction,
+        image_data=body.image_data,
+        state=body.state,
+        relaxed_decoding=body.relaxed_decoding,
+        return_token_ids=body.return_token_ids,
+        temperature=body.temperature,
+    )
+    prompt = await policy.query_prompt(query, tm.text_encoder)
     timing.prompt_ms = timing.since_start()
     return GenerateItem(
         rid=body.rid or uuid.uuid4().hex,
         sampling_params=parse_sampling(
             {"temperature": body.temperature, "seed": body.seed}, tm.limits
         ),
-        input_ids=ids,
-        images=images,
+        input_ids=prompt.input_ids,
+        images=prompt.images,
         mm_hashes=body.mm_hashes,
         unnorm_key=body.unnorm_key,
-        num_actions=_num_actions(body, tm),
+        num_actions=(policy.default_num_actions if body.num_actions is None else body.num_actions),
         stream=True,
         relaxed_decoding=body.relaxed_decoding,
-        state=state,
-    )
-
-
-def _num_actions(body: ActionsBody, tm: TokenizerManager) -> int:
-    if body.num_actions is not None:
-        return body.num_actions
-    policy = tm.mm.policy_spec
-    return policy.chunk_size if policy is not None else 1
-
-
-def _images(body: ActionsBody) -> list[Any]:
-    """The images of a query to a model without named cameras (not a pi-family policy)."""
-    for name in ("state", "relaxed_decoding"):
-        if getattr(body, name):
-            raise RequestError("only pi-family policies take this field", name)
-    given = body.image_data if isinstance(body.image_data, list) else [body.image_data]
-    images = [im for im in given if im is not None]
-    if not images:
-        raise RequestError("an action query needs at least one image", "image_data")
-    return images
-
-
-async def _policy_prompt_ids(
-    tm: TokenizerManager, body: ActionsBody
-) -> tuple[list[int], list[float] | None]:
-    """A pi-family prompt's ids, and the state that goes beside it (pi0's state token):
-    pi0-FAST's `BOS "Task: ..., State: ...;\n"` (the node appends the action tail), pi0's or
-    pi0.5's (`flow_prompt`)."""
-    mm = tm.mm
-    spec = mm.policy_spec
-    assert spec is not None
-    state = checked_state(spec, body.state)
-    if mm.flow is not None:
-        _check_flow_body(body)
-        text = flow_prompt_text(mm.flow, body.instruction, state)
-        beside = None if mm.flow.state_in_prompt else state
-    else:
-        assert mm.fast is not None and mm.fast_prompt is not None
-        text = mm.fast_prompt.task_text(body.instruction, mm.fast.state_bins(state))
-        beside = None
-    ids = await tm.text_encoder.encode(text, "instruction")
-    check_prompt_tokens(ids, spec.tokenizer_max_length, "instruction")
-    return ids, beside
-
-
-def _check_flow_body(body: ActionsBody) -> None:
-    """A pi0 / pi0.5 chunk is denoised, not sampled from tokens: token options do not apply."""
-    for name in ("relaxed_decoding", "return_token_ids", "temperature"):
-        if getattr(body, name):
-            raise RequestError(
-                "a pi0 / pi0.5 chunk is denoised from noise (set by seed), not sampled from tokens",
-                name,
-            )
-
-
-async def _prompt_ids(tm: TokenizerManager, instruction: str, n_images: int) -> list[int]:
-    if tm.mm.openvla:
-        return await tm.text_encoder.encode(action_prompt(instruction), "instruction")
-    messages = instruction_messages(instruction, n_images)
-    return await tm.text_encoder.run(
-        len(instruction),
-        "instruction",
-        lambda tokenizer: chat_prompt_ids(tokenizer, messages, "instruction"),
+        state=prompt.state,
     )
 
 

@@ -44,7 +44,6 @@ from vla_server.frontend.action_request import (
     ActionTiming,
     ActionUpdate,
     action_item,
-    resolved_unnorm_key,
     stream_actions,
 )
 from vla_server.frontend.common import (
@@ -91,8 +90,10 @@ class _Reply:
             "num_actions": len(self.actions),
         }
         if self.body.return_token_ids:
-            ids = self._action_token_ids()
-            event["action_token_ids"] = ids if self.tm.mm.fast is not None else ids[start:]
+            policy = self.tm.policy
+            event["action_token_ids"] = policy.action_token_ids(
+                self.token_ids, start, len(self.actions)
+            )
         if not update.finished:
             return {**event, "finish_reason": None}
         return {**event, **self._summary(update, timing)}
@@ -106,16 +107,18 @@ class _Reply:
             "num_actions": len(self.actions),
         }
         if self.body.return_token_ids:
-            out["action_token_ids"] = self._action_token_ids()
+            out["action_token_ids"] = self.tm.policy.action_token_ids(
+                self.token_ids, 0, len(self.actions)
+            )
         return {**out, **self._summary(last, timing)}
 
     def _summary(self, last: ActionUpdate, timing: ActionTiming) -> dict[str, Any]:
         meta = last.meta
-        assert self.tm.mm.actions is not None
+        policy = self.tm.policy
         return {
             # the item's: the node's default fills it when the body names none
-            "unnorm_key": resolved_unnorm_key(self.tm, self.item.unnorm_key),
-            "action_dim": self.tm.mm.actions.action_dim,
+            "unnorm_key": policy.resolve_unnorm_key(self.item.unnorm_key),
+            "action_dim": policy.action_dim,
             "finish_reason": meta["finish_reason"]["type"],
             "usage": {
                 "prompt_tokens": meta["prompt_tokens"],
@@ -124,21 +127,6 @@ class _Reply:
             },
             "timing": timing.to_json(),
         }
-
-    def _action_token_ids(self) -> list[Any]:
-        """pi0-FAST: its FAST tokens as PaliGemma ids; else the bin ids of each action."""
-        fast = self.tm.mm.fast
-        if fast is None:
-            return self._groups()
-        band = fast.fast_ids()
-        return [t for t in self.token_ids if t in band]
-
-    def _groups(self) -> list[list[int]]:
-        """The bin token ids of each completed action (one action is action_dim tokens)."""
-        assert self.tm.mm.actions is not None
-        d = self.tm.mm.actions.action_dim
-        ids = self.token_ids
-        return [ids[i * d : (i + 1) * d] for i in range(len(self.actions))]
 
 
 def add_actions_routes(app: FastAPI, node: NodeHandle) -> None:

@@ -46,4 +46,3 @@ def chat_prompt_ids(
     except (TemplateError, ValueError) as e:
         raise RequestError(f"the model's chat template rejected the messages: {e}", field) from None
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-

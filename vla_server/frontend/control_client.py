@@ -29,7 +29,6 @@ from vla_server.io_struct import (
     encode,
     rpc_reply_decoder,
 )
-from vla_server.policies.bin_actions.action_tokenizer import AnyActions
 
 logger = logging.getLogger(__name__)
 
@@ -45,14 +44,14 @@ class ControlClient:
         *,
         before_call: Callable[[], None],
         abort_all: Callable[[], None],
-        actions: Callable[[], AnyActions | None],
+        resolve_unnorm_key: Callable[[str | None], str | None],
     ):
         self.sock = sock
         self.gate = gate
         self.sessions = sessions
         self.before_call = before_call  # starts the reply loop; refuses when the engine is down
         self.abort_all = abort_all
-        self.actions = actions
+        self.resolve_unnorm_key = resolve_unnorm_key  # the family's; RequestError when bad
         self._call_ids = itertools.count(1)
         self._waiters: dict[int, asyncio.Future[RpcReply]] = {}
 
@@ -123,12 +122,8 @@ class ControlClient:
     async def open_session(self, body: dict[str, Any]) -> str:
         req = parse_open_session(body)
         assert req.session_id is not None
-        actions = self.actions()
-        if req.unnorm_key is not None and actions is not None:
-            try:
-                actions.resolve_unnorm_key(req.unnorm_key)
-            except ValueError as e:
-                raise RequestError(str(e), "unnorm_key") from None
+        if req.unnorm_key is not None:
+            self.resolve_unnorm_key(req.unnorm_key)
         reply = await self.call(
             OpenSessionReq,
             session_id=req.session_id,

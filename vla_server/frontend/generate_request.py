@@ -37,9 +37,11 @@ class ModelLimits:
     context_len: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class GenerateItem:
-    """One prompt, validated: exactly one of text / input_ids / input_embeds is set."""
+    """One prompt, validated: exactly one of text / input_ids / input_embeds is set. Complete
+    when built but for the defaults `SessionRegistry.apply` fills into a new item; never
+    changed after."""
 
     rid: str
     sampling_params: SamplingParams
@@ -63,8 +65,8 @@ class GenerateItem:
     supersede: bool = False  # a newer request of the session cancels its older waiting one
     session_id: str | None = None
     session_params: SessionParams | None = None
-    relaxed_decoding: bool = False  # pi0-FAST: LeRobot's pad/truncate decoding, not an error
-    state: list[float] | None = None  # pi0: the raw robot state for its state token
+    relaxed_decoding: bool = False  # a token chunk: LeRobot's pad/truncate decoding
+    state: list[float] | None = None  # raw robot state that rides beside the prompt
 
     def __post_init__(self) -> None:
         if self.logprob_start_len < -1:
@@ -332,3 +334,16 @@ def _rids(rid: str | list[str] | None, n: int, batch: bool) -> list[str]:
     if len(set(rids)) != len(rids) or any(r == "" for r in rids):
         raise RequestError("rids in a batch must be unique and non-empty", "rid")
     return rids
+
+
+def check_no_stop(item: GenerateItem) -> None:
+    """An action request ends after exactly num_actions actions: its sampling is constrained to
+    action tokens, so a stop could only cut an action short (and that part would be dropped)."""
+    params = item.sampling_params
+    for name in ("stop", "stop_token_ids"):
+        if getattr(params, name):
+            raise RequestError(
+                "cannot be combined with num_actions (an action request ends after num_actions "
+                "complete actions)",
+                f"sampling_params.{name}",
+            )

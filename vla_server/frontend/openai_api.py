@@ -97,7 +97,8 @@ def _error(
 def _default_max_tokens(tm: TokenizerManager, ids: list[int], num_images: int) -> int:
     """The rest of the context after the prompt with its images expanded."""
     assert tm.limits is not None
-    placeholders = ids.count(tm.mm.image_token_id) if tm.mm.image_token_id is not None else 0
+    token = tm.policy.image_token_id
+    placeholders = ids.count(token) if token is not None else 0
     prompt = len(ids) - placeholders + num_images * tm.mm.tokens_per_image
     return max(tm.limits.context_len - prompt, 1)
 
@@ -174,9 +175,16 @@ async def _chat_items(
         ),
     )
     max_new = body.max_new_tokens or _default_max_tokens(tm, ids, len(urls))
-    item = _item(tm, body, rid, max_new, input_ids=ids, images=urls)
-    item.return_logprob = body.logprobs
-    item.top_logprobs_num = body.top_logprobs or 0
+    item = _item(
+        tm,
+        body,
+        rid,
+        max_new,
+        input_ids=ids,
+        images=urls,
+        return_logprob=body.logprobs,
+        top_logprobs_num=body.top_logprobs or 0,
+    )
     return expand_samples([item], body.n, "n")
 
 
@@ -189,10 +197,16 @@ def _completion_items(
     max_new = body.max_tokens or COMPLETION_DEFAULT_MAX_TOKENS
     items = []
     for i, p in enumerate(prompts):
-        item = _item(tm, body, rid if len(prompts) == 1 else f"{rid}-{i}", max_new, **{kind: p})
-        item.index = i
-        item.return_logprob = body.logprobs is not None
-        item.top_logprobs_num = body.logprobs or 0
+        item = _item(
+            tm,
+            body,
+            rid if len(prompts) == 1 else f"{rid}-{i}",
+            max_new,
+            index=i,
+            return_logprob=body.logprobs is not None,
+            top_logprobs_num=body.logprobs or 0,
+            **{kind: p},
+        )
         items.append(item)
     return expand_samples(items, body.n, "prompt")
 
@@ -202,10 +216,11 @@ def _item(
     body: ChatRequest | CompletionRequest,
     rid: str,
     max_new_tokens: int,
-    **prompt: Any,
+    **fields: Any,
 ) -> GenerateItem:
-    """The normalised request of one prompt (`text`, `input_ids`, `images`) of an OpenAI body;
-    every OpenAI item is `in_batch`, so each output chunk names its choice."""
+    """The normalised request of one prompt (`text`, `input_ids`, `images`, and the item's other
+    `fields`) of an OpenAI body; every OpenAI item is `in_batch`, so each output chunk names its
+    choice."""
     assert tm.limits is not None
     return GenerateItem(
         rid=rid,
@@ -215,7 +230,7 @@ def _item(
         in_batch=True,
         priority=body.priority,
         session_id=body.session_id,
-        **prompt,
+        **fields,
     )
 
 

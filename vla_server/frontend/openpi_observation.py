@@ -10,14 +10,15 @@ An observation is the dict an openpi client sends (`WebsocketClientPolicy.infer(
   `observation/exterior_image_1_left`, `images/cam_high`, ...), in the observation's order.
   Nested dicts are addressed with "/": `{"images": {"cam_high": a}}` is `images/cam_high`;
 * optional per request: `unnorm_key` (str), `num_actions` (int, the horizon), `mm_hashes`,
-  `seed` (int: a pi0 / pi0.5 chunk's noise, `flow_actions.initial_noise`), and for pi0-FAST
-  `relaxed_decoding` (bool).
+  `seed` (int: a denoised chunk's noise, `model/denoise.initial_noise`), and for a policy with
+  a robot interface `relaxed_decoding` (bool).
 
-For a pi-family policy (pi0-FAST, pi0, pi0.5) the images are matched to the policy's cameras
-by name when the observation's keys end in them (`observation/base_0_rgb`, `images/base_0_rgb`,
-`observation.images.base_0_rgb`; cameras it lacks are left out, as LeRobot masks them), else
-taken in order as above; and the robot state is read: the values under `--openpi-state-keys`,
-concatenated, or by default the first of `state`, `observation/state`, `observation.state`.
+For a policy with named cameras and a state (its family's `RobotIO`) the images are matched to
+the policy's cameras by name when the observation's keys end in them (`observation/base_0_rgb`,
+`images/base_0_rgb`, `observation.images.base_0_rgb`; cameras it lacks are left out, as LeRobot
+masks them), else taken in order as above; and the robot state is read: the values under
+`--openpi-state-keys`, concatenated, or by default the first of `state`, `observation/state`,
+`observation.state`.
 For other checkpoints everything else (`state`, `observation/joint_position`, ...) is accepted
 and ignored: LLaVA-style VLAs condition on images and text only.
 
@@ -25,7 +26,7 @@ Settings, flags of `vla-server serve`:
 
 * `--openpi-image-keys`: comma-separated image keys in camera order (default: auto, as above);
 * `--openpi-action-horizon`: actions per reply when the observation gives no `num_actions`
-  (default 1, one OpenVLA-style step; a pi-family policy's whole chunk);
+  (default: the policy's own, one step or its whole chunk);
 * `--openpi-unnorm-key`: the statistics key when the observation gives no `unnorm_key`
   (default none: fine for a checkpoint with a single key).
 """
@@ -41,7 +42,7 @@ import numpy as np
 from vla_server.config import FrontendConfig
 from vla_server.errors import RequestError
 from vla_server.frontend.action_request import ActionsBody
-from vla_server.policies.pi_common.lerobot_config import LeRobotPolicySpec
+from vla_server.policies.base import RobotIO
 
 DEFAULT_STATE_KEYS = ("state", "observation/state", "observation.state")
 
@@ -127,9 +128,7 @@ def _optional(obs: Mapping[str, Any], key: str, kind: type, default: Any) -> Any
     return value
 
 
-def observation_body(
-    obs: Any, cfg: OpenpiConfig, policy: LeRobotPolicySpec | None = None
-) -> ActionsBody:
+def observation_body(obs: Any, cfg: OpenpiConfig, policy: RobotIO | None = None) -> ActionsBody:
     """The action query an observation asks for (greedy, as openpi's policies act)."""
     if not isinstance(obs, Mapping):
         raise RequestError("the observation must be a msgpack map", "observation")
@@ -152,9 +151,9 @@ def observation_body(
 
 
 def _camera_images(
-    flat: dict[str, Any], cfg: OpenpiConfig, policy: LeRobotPolicySpec
+    flat: dict[str, Any], cfg: OpenpiConfig, policy: RobotIO
 ) -> dict[str, np.ndarray] | list[np.ndarray]:
-    """A pi-family policy's cameras by name when the observation's keys end in them, else in
+    """The policy's cameras by name when the observation's keys end in them, else in
     order."""
     cameras = set(policy.cameras)
     named = {}
@@ -165,7 +164,7 @@ def _camera_images(
     return named or _images(flat, cfg)
 
 
-def _state(flat: dict[str, Any], cfg: OpenpiConfig, policy: LeRobotPolicySpec) -> Any:
+def _state(flat: dict[str, Any], cfg: OpenpiConfig, policy: RobotIO) -> Any:
     if not policy.state_dim:
         return None
     keys = cfg.state_keys or next(([k] for k in DEFAULT_STATE_KEYS if k in flat), [])

@@ -5,8 +5,8 @@ connects to `ws://host:port` -- the root path -- so the route is `/` on the same
 Protocol, as openpi's `WebsocketPolicyServer`:
 
 1. on connect the server sends a msgpack-numpy map of metadata (model, action_dim,
-   action_horizon, unnorm_keys, unnorm_key, image_keys, uses_state; for pi0-FAST also cameras
-   and state_dim);
+   action_horizon, unnorm_keys, unnorm_key, image_keys, uses_state; for a policy with named
+   cameras also cameras and state_dim);
 2. then, for each binary frame from the client (an observation, see `openpi_observation`), one
    binary frame back: `{"actions": float64 [horizon, action_dim], "server_timing": {"infer_ms",
    "prev_total_ms" (the previous round trip, from the second reply on)}, "policy_timing":
@@ -54,21 +54,21 @@ INTERNAL_REASON = "Internal server error. Reason included in previous frame."
 
 
 def _metadata(node: NodeHandle, cfg: OpenpiConfig) -> dict[str, Any]:
-    mm = node.tokenizer_manager.mm
-    actions, spec = mm.actions, mm.policy_spec
+    policy = node.tokenizer_manager.policy
+    robot = policy.robot_io
     meta = {
         "server": "vla-server",
         "model": served_model_id(node.config),
-        "action_dim": actions.action_dim if actions else None,
-        "action_horizon": cfg.action_horizon or (spec.chunk_size if spec else 1),
-        "unnorm_keys": actions.unnorm_keys() if actions else [],
+        "action_dim": policy.action_dim,
+        "action_horizon": cfg.action_horizon or policy.default_num_actions,
+        "unnorm_keys": policy.unnorm_keys(),
         "unnorm_key": cfg.unnorm_key,
         "image_keys": list(cfg.image_keys) or "auto",
-        "uses_state": spec is not None and spec.state_dim > 0,
+        "uses_state": robot is not None and robot.state_dim > 0,
     }
-    if spec is not None:
-        meta["cameras"] = list(spec.cameras)
-        meta["state_dim"] = spec.state_dim
+    if robot is not None:
+        meta["cameras"] = list(robot.cameras)
+        meta["state_dim"] = robot.state_dim
     return meta
 
 
@@ -78,9 +78,10 @@ async def _infer(tm: TokenizerManager, body: ActionsBody) -> dict[str, Any]:
     item = await action_item(tm, body, timing)
     async for update in stream_actions(tm, item, timing):
         actions += update.actions
-        # A chunk ends at its token budget, (pi0-FAST) at `|`, or (pi0) when it is denoised:
-        # anything else is early.
-        if update.finished and update.meta["finish_reason"]["type"] not in ("length", "stop"):
+        # A chunk ends at its token budget, at a stop token, or when it is denoised: anything
+        # else is early.
+        done = ("length", "stop", "actions")
+        if update.finished and update.meta["finish_reason"]["type"] not in done:
             raise ActionFailed(f"the query ended early: {update.meta['finish_reason']}")
     return {"actions": np.asarray(actions, dtype=np.float64), "policy_timing": timing.to_json()}
 
@@ -90,7 +91,7 @@ async def _reply(tm: TokenizerManager, cfg: OpenpiConfig, frame: bytes) -> dict[
         obs = unpack(frame)
     except WireFormatError as e:
         raise RequestError(str(e), "observation") from None
-    return await _infer(tm, observation_body(obs, cfg, tm.mm.policy_spec))
+    return await _infer(tm, observation_body(obs, cfg, tm.policy.robot_io))
 
 
 async def _fail(ws: WebSocket, message: str, code: int, reason: str) -> None:

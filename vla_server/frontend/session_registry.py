@@ -6,6 +6,7 @@ robot request; they apply only to robot requests (see `SessionRegistry.apply`)."
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,7 @@ class NodeRobotDefaults:
     num_actions: int | None = None
     unnorm_key: str | None = None
     deadline_ms: float | None = None
+    priority: int = 0  # of every request that gives none (--default-priority-value)
 
     @classmethod
     def from_config(cls, config: FrontendConfig) -> NodeRobotDefaults:
@@ -47,7 +49,10 @@ class NodeRobotDefaults:
         if config.default_deadline_ms is not None and not config.default_deadline_ms > 0:
             raise ValueError("--default-deadline-ms must be > 0")
         return cls(
-            config.default_num_actions, config.default_unnorm_key, config.default_deadline_ms
+            config.default_num_actions,
+            config.default_unnorm_key,
+            config.default_deadline_ms,
+            config.default_priority_value,
         )
 
 
@@ -83,35 +88,31 @@ class SessionRegistry:
     def remove(self, session_id: str) -> None:
         self.sessions.pop(session_id, None)
 
-    def apply(self, item: GenerateItem, robot: bool = False) -> None:
-        """Fill unset fields from the session's defaults, then, for a `robot` request that
-        carries images, from the node's; an unknown session is a 400.
+    def apply(self, item: GenerateItem, robot: bool = False) -> GenerateItem:
+        """`item` with its unset fields from the session's defaults, then, for a `robot`
+        request that carries images, from the node's, and the node's default priority: the one
+        place a request's defaults are resolved. An unknown session is a 400.
 
         `robot` is the caller's: the native routes (`/generate`, `/v1/actions`, openpi) pass it,
         a chat completion or a health check does not. A request without an image is a
         language request even there (a text benchmark keeps its output lengths)."""
-        self._apply_session(item)
+        given = [self._session_defaults(item)]
         if robot and item.images:
-            node = self.node
-            if item.num_actions is None:
-                item.num_actions = node.num_actions
-            if item.unnorm_key is None:
-                item.unnorm_key = node.unnorm_key
-            if item.deadline_ms is None:
-                item.deadline_ms = node.deadline_ms
+            given.append(self.node)
+        given.append(NodeRobotDefaults(priority=self.node.priority))
+        unset = {}
+        for defaults in given:
+            for name in ("priority", "num_actions", "unnorm_key", "deadline_ms"):
+                value = getattr(defaults, name, None)
+                if getattr(item, name) is None and name not in unset and value is not None:
+                    unset[name] = value
+        return dataclasses.replace(item, **unset) if unset else item
 
-    def _apply_session(self, item: GenerateItem) -> None:
+    def _session_defaults(self, item: GenerateItem) -> SessionDefaults | None:
         sid = item.session_params.id if item.session_params else item.session_id
         if sid is None:
-            return
+            return None
         defaults = self.sessions.get(sid)
-        if defaults is None:
-            if item.session_params is not None:
-                raise RequestError(f"unknown or closed session {sid!r}", "session_params.id")
-            return
-        if item.priority is None:
-            item.priority = defaults.priority
-        if item.unnorm_key is None:
-            item.unnorm_key = defaults.unnorm_key
-        if item.deadline_ms is None:
-            item.deadline_ms = defaults.deadline_ms
+        if defaults is None and item.session_params is not None:
+            raise RequestError(f"unknown or closed session {sid!r}", "session_params.id")
+        return defaults

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from vla_server.errors import RequestError
+from vla_server.frontend.chat_prompt import chat_prompt_ids
 
 INLINE_CHARS = 4096  # about 1k tokens: well under a millisecond of tokenizer time
 # No tokenizer we serve has tokens this long on average; a text beyond context x this many
@@ -68,6 +69,13 @@ class TextEncoder:
             if short:
                 self.prompt_cache.put(text, ids)
         return ids
+
+    async def chat(self, messages: list[dict[str, Any]], field: str) -> list[int]:
+        """The checkpoint's chat template over `messages`, tokenized."""
+        chars = sum(len(str(m.get("content", ""))) for m in messages)
+        return await self.run(
+            chars, field, lambda tokenizer: chat_prompt_ids(tokenizer, messages, field)
+        )
 
     async def run(self, chars: int, field: str, work: Callable[[Any], list[int]]) -> list[int]:
         """`work(tokenizer)`, which tokenizes about `chars` characters of `field`."""

@@ -17,6 +17,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
 import zmq
 import zmq.asyncio
 
@@ -26,6 +27,7 @@ from vla_server.frontend.control_client import ControlClient
 from vla_server.frontend.generate_request import (
     GenerateItem,
     ModelLimits,
+    check_no_stop,
     check_prompt_length,
     check_token_ids,
 )
@@ -44,6 +46,7 @@ from vla_server.io_struct import (
     AbortReq,
     BatchStrOutput,
     BatchTokenizedGenerateReqInput,
+    ModelInfo,
     SchedulerStats,
     Tensor,
     TokenizedGenerateReqInput,
@@ -53,6 +56,8 @@ from vla_server.io_struct import (
     tokenizer_input_decoder,
 )
 from vla_server.metrics import ServerMetrics
+from vla_server.policies.base import ActionAsk, PolicyFrontend, PromptPlan
+from vla_server.policies.registry import checkpoint_tokenizer, from_info, import_plugins
 from vla_server.process_utils import zmq_socket
 
 logger = logging.getLogger(__name__)
@@ -84,10 +89,12 @@ class EngineDeadError(RuntimeError):
 
 
 class TokenizerManager:
-    def __init__(self, config: FrontendConfig, port_args: PortArgs, tokenizer: Any):
+    def __init__(self, config: FrontendConfig, port_args: PortArgs):
         self.config = config
-        self.tokenizer = tokenizer
+        self.tokenizer: Any = None  # the family's, once the scheduler is ready
         self.limits: ModelLimits | None = None  # known once the scheduler is ready
+        self.info: ModelInfo
+        self.policy: PolicyFrontend
         self.mm: MultimodalFrontend
         self.text_encoder: TextEncoder
         self.sessions = SessionRegistry(NodeRobotDefaults.from_config(config))
@@ -109,7 +116,7 @@ class TokenizerManager:
             self.sessions,
             before_call=self._before_control_call,
             abort_all=lambda: self.abort_request(abort_all=True),
-            actions=lambda: self.mm.actions,
+            resolve_unnorm_key=lambda key: self.policy.resolve_unnorm_key(key),
         )
         self._loop_tasks: list[asyncio.Task[None]] = []
         self._serving_loop: asyncio.AbstractEventLoop | None = None
@@ -202,8 +209,7 @@ class TokenizerManager:
         state.out_list.append(chunk)
 
     def _priority(self, state: ReqState) -> str:
-        p = state.item.priority
-        return str(self.config.default_priority_value if p is None else p)
+        return str(state.item.priority)
 
     def _decode_one(self, tid: int) -> str:
         return self.tokenizer.decode([tid])
@@ -251,8 +257,7 @@ class TokenizerManager:
         """
         self.ensure_loops()
         self._check_alive()
-        for item in items:
-            self.sessions.apply(item, robot_defaults)
+        items = [self.sessions.apply(item, robot_defaults) for item in items]
         states = self._init_states(items)
         try:
             async with self.gate.generation():
@@ -282,11 +287,20 @@ class TokenizerManager:
             self.rid_to_state[st.rid] = st
         return states
 
-    def set_model_info(self, info: dict[str, Any]) -> None:
-        """Called once the scheduler reports ready: model limits and the multimodal front end."""
-        self.limits = ModelLimits(info["vocab_size"], info["hidden_size"], info["context_len"])
-        self.mm = MultimodalFrontend(self.config, self.tokenizer, info)
-        self.text_encoder = TextEncoder(self.tokenizer, info["context_len"])
+    def set_model_info(self, info: ModelInfo) -> None:
+        """Called once the scheduler reports ready: the checkpoint's family (built from the
+        scheduler's `ModelInfo`), its tokenizer and prompt rules, the model's limits and the
+        multimodal front end."""
+        cfg = self.config
+        import_plugins(cfg.checkpoint.policy_plugins)
+        family = from_info(info)
+        self.tokenizer = checkpoint_tokenizer(family, cfg.checkpoint.tokenizer_path)
+        self.info = info
+        self.limits = ModelLimits(info.vocab_size, info.hidden_size, info.context_len)
+        self.policy = family.frontend(self.tokenizer, info, cfg.prompt_convention)
+        preprocess = family.image_preprocessor(cfg.image_backend)
+        self.mm = MultimodalFrontend(cfg, info, self.policy, preprocess)
+        self.text_encoder = TextEncoder(self.tokenizer, info.context_len)
 
     async def _timed_tokenize(self, state: ReqState) -> TokenizedGenerateReqInput:
         start = time.perf_counter()
@@ -301,14 +315,17 @@ class TokenizerManager:
         assert self.limits is not None
         ids, embeds, field = await self._prompt_ids(item)
         if item.num_actions:
-            ids = self.mm.action_prompt_ids(ids)
+            ids = self.policy.action_prompt_ids(ids)
         ids, mm_items = await self.mm.expand(item, ids, field)
         check_prompt_length(len(ids), self.limits, field)
-        action_tokens = self.mm.action_tokens(item, len(ids), self.limits.context_len)
-        if item.num_actions:
-            item.sampling_params.max_new_tokens = action_tokens
-            item.sampling_params.stop_token_ids = self.mm.action_stop_ids()
-        prefix_lm_len, position_shift = self.mm.prefix_layout(item, len(ids))
+        plan = self._plan(item, len(ids))
+        params = item.sampling_params
+        if plan.max_new_tokens is not None:
+            params = msgspec.structs.replace(
+                params,
+                max_new_tokens=plan.max_new_tokens,
+                stop_token_ids=list(plan.stop_token_ids),
+            )
         if item.logprob_start_len >= len(ids):
             raise RequestError(
                 f"must be smaller than the prompt length {len(ids)}", field="logprob_start_len"
@@ -319,7 +336,7 @@ class TokenizerManager:
         return TokenizedGenerateReqInput(
             rid=item.rid,
             input_ids=ids,
-            sampling_params=item.sampling_params,
+            sampling_params=params,
             input_embeds=embeds,
             return_logprob=item.return_logprob,
             logprob_start_len=item.logprob_start_len,
@@ -333,11 +350,25 @@ class TokenizerManager:
             supersede=item.supersede,
             session_id=item.session_id,
             session_params=item.session_params,
-            prefix_lm_len=prefix_lm_len,
-            position_shift=position_shift,
-            relaxed_actions=item.relaxed_decoding,
-            action_state=self.mm.action_state(item),
+            prefix_lm_len=plan.prefix_lm_len,
+            position_shift=plan.position_shift,
+            relaxed_decoding=item.relaxed_decoding,
+            state=None if plan.state is None else Tensor.from_numpy(plan.state),
         )
+
+    def _plan(self, item: GenerateItem, prompt_len: int) -> PromptPlan:
+        """The family's plan for the prompt, after the checks every action request gets."""
+        assert self.limits is not None
+        if not item.num_actions:
+            if item.unnorm_key is not None:
+                raise RequestError("unnorm_key needs num_actions", "num_actions")
+        else:
+            if self.policy.action_dim is None:
+                raise RequestError("this model has no action head", "num_actions")
+            check_no_stop(item)
+            self.policy.resolve_unnorm_key(item.unnorm_key)
+        ask = ActionAsk(item.num_actions or 0, item.unnorm_key, item.state)
+        return self.policy.plan(ask, prompt_len, self.limits.context_len)
 
     async def _prompt_ids(self, item: GenerateItem) -> tuple[list[int], Tensor | None, str]:
         """The prompt's token ids (placeholders for embeddings), its embeddings, its field."""
@@ -348,7 +379,7 @@ class TokenizerManager:
             ids = [0] * item.input_embeds.shape[0]
             return ids, Tensor.from_numpy(item.input_embeds), "input_embeds"
         if item.text is not None:
-            return await self.text_encoder.encode(self.mm.prompt_text(item.text)), None, "text"
+            return await self.text_encoder.encode(self.policy.prompt_text(item.text)), None, "text"
         ids = list(item.input_ids or [])
         check_token_ids(ids, self.limits, "input_ids")
         return ids, None, "input_ids"

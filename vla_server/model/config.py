@@ -14,14 +14,6 @@ from typing import Any
 
 import torch
 
-from vla_server.policies.openvla.prismatic_config import PRISMATIC_MODEL_TYPES
-from vla_server.policies.pi_common.lerobot_config import (
-    LEROBOT_PI_TYPES,
-    LeRobotPolicySpec,
-    read_lerobot_config,
-)
-from vla_server.policies.pi_common.paligemma_config import expert_config, paligemma_config
-
 SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
 _DECODER_TYPES = ("llama", "qwen2", "gemma")
 # MLP activations by config name: SiLU (Llama, Qwen2), tanh-approximate GELU (Gemma).

@@ -5,9 +5,10 @@ The scheduler allocates request rows (`req_to_token_pool.alloc()`) and KV slots
 `build_forward_batch`, then calls `forward` and `sample`. Token bookkeeping (which slots belong
 to which request, prefix sharing) stays with the caller.
 
-A pi0 / pi0.5 policy (`flow` is its `FlowModel`) prefills its prefix the same way (the whole
-prompt bidirectional), then calls `denoise` once per Euler step (`flow_matching.py`): an
-action-expert pass over the prefix K/V in the pool that writes nothing to the pool.
+What the checkpoint has beside the decoder comes from its policy family (`parts.py`): a vision
+encoder, and an action head. A checkpoint with an action head prefills its prefix the same way,
+then calls `denoise` once per Euler step (`denoise.py`): one head pass over the prefix K/V in the
+pool that writes nothing to the pool.
 """
 
 from __future__ import annotations
@@ -24,38 +25,18 @@ import torch
 
 from vla_server.mem_cache.kv_pool import ReqToTokenPool, TokenToKVPool
 from vla_server.model.attention.registry import create_attention_backend
-from vla_server.model.config import (
-    ModelConfig,
-    expert_model_config,
-    load_model_config,
-    parse_dtype,
-)
+from vla_server.model.config import ModelConfig, parse_dtype
 from vla_server.model.forward_batch import ForwardBatch, ForwardMode
 from vla_server.model.llama import LlamaForCausalLM
+from vla_server.model.paged_prefix import PagedPrefix
+from vla_server.model.parts import ActionHead, ModelParts, VisionEncoder
 from vla_server.model.sampling import Logprobs, SamplingBatchInfo, compute_logprobs, sample
 from vla_server.model.weight_loader import WeightLoadError, load_decoder_weights
-from vla_server.policies.llava.vision import VisionEncoder
-from vla_server.policies.openvla.prismatic_vision import PrismaticVisionEncoder
-from vla_server.policies.pi0.action_expert import SuffixAttention
-from vla_server.policies.pi0.flow_model import FlowModel
-from vla_server.policies.pi0.flow_weights import (
-    is_flow_tensor,
-    load_flow_weights,
-    plan_flow_weights,
-)
-from vla_server.policies.pi_common.lerobot_config import LeRobotPolicySpec, lerobot_spec
-from vla_server.policies.pi_common.paligemma_vision import PaliGemmaVisionEncoder
 
 logger = logging.getLogger(__name__)
 
 # Spare request rows beyond max_running_requests, for requests being admitted or retracted.
 REQ_POOL_SPARE_ROWS = 4
-VisionEncoders = VisionEncoder | PrismaticVisionEncoder | PaliGemmaVisionEncoder
-VISION_ENCODERS: dict[str, type[VisionEncoders]] = {
-    "llava": VisionEncoder,
-    "prismatic": PrismaticVisionEncoder,
-    "paligemma": PaliGemmaVisionEncoder,
-}
 # Share of the memory that is free after the weights are loaded which goes to the KV pool.
 DEFAULT_MEM_FRACTION = {"cpu": 0.25, "cuda": 0.85}
 
@@ -70,9 +51,9 @@ class LogitsOutput:
 
 
 @dataclass
-class FlowCounters:
-    """What the runner computed, to show that a flow policy's prefix runs once per request and
-    its expert once per denoising step."""
+class ModelCounters:
+    """What the runner computed, to show that a denoised chunk's prefix runs once per request
+    and its action head once per denoising step."""
 
     vlm_tokens: int = 0  # tokens through the decoder (backbone) stack, by `forward`
     expert_passes: int = 0  # `denoise` calls
@@ -88,7 +69,7 @@ class SampleOutput:
 class ModelRunner:
     def __init__(
         self,
-        model_path: str | Path,
+        parts: ModelParts,
         *,
         device: str | torch.device = "cpu",
         dtype: str | torch.dtype | None = None,
@@ -99,9 +80,10 @@ class ModelRunner:
         attention_backend: str = "torch",
         progress: bool = True,
     ):
-        self.model_path = Path(model_path)
+        self.parts = parts
+        self.model_path = Path(parts.folder)
         self.device = torch.device(device)
-        self.config: ModelConfig = load_model_config(self.model_path)
+        self.config: ModelConfig = parts.decoder_config()
         self.dtype = self._resolve_dtype(dtype)
         self.context_len = context_len or self.config.context_len
         self.max_running_requests = max_running_requests
@@ -113,17 +95,15 @@ class ModelRunner:
             device=str(self.device),
             max_positions=self.context_len + 1,
         )
-        # The LeRobot policy config of a pi-family folder (pi0-FAST too), else None.
-        self.policy_spec: LeRobotPolicySpec | None = lerobot_spec(self.model_path)
-        self.flow = self._flow_model()
-        self._load_decoder_and_flow(self.model_path)
-        self.flow_counters = FlowCounters()
+        self.head: ActionHead | None = parts.action_head(
+            self.config, self.dtype, self.device, self.context_len
+        )
+        self._load_decoder_and_head(parts)
+        self.counters = ModelCounters()
         # Before the KV pool is sized, so the pool only takes memory the vision weights leave.
-        self.vision: VisionEncoders | None = None
-        if self.config.vision_format is not None:
-            self.vision = VISION_ENCODERS[self.config.vision_format].from_folder(
-                self.model_path, dtype=self.dtype, device=self.device
-            )
+        self.vision: VisionEncoder | None = parts.vision_encoder(
+            self.config, self.dtype, self.device
+        )
         self.req_to_token_pool = ReqToTokenPool(
             max_running_requests + REQ_POOL_SPARE_ROWS, self.context_len, self.device
         )
@@ -140,30 +120,18 @@ class ModelRunner:
     def vocab_size(self) -> int:
         return self.config.vocab_size
 
-    def _flow_model(self) -> FlowModel | None:
-        """The action expert and flow heads of a pi0 / pi0.5 policy (None for other models)."""
-        spec = self.policy_spec
-        if spec is None or not spec.is_flow:
-            return None
-        flow = FlowModel(
-            expert_model_config(self.config, spec),
-            spec,
-            dtype=self.dtype,
-            device=str(self.device),
-            # Suffix positions run past the prefix by up to the state token and the chunk.
-            max_positions=self.context_len + spec.chunk_size + 1,
-        )
-        return flow.eval()
-
-    def _load_decoder_and_flow(self, model_path: str | Path) -> None:
-        """The backbone's weights and a flow policy's expert and heads; both halves are checked
-        against the files' headers before anything is copied."""
-        if self.flow is None:
-            load_decoder_weights(self.model, model_path, progress=self.progress)
+    def _load_decoder_and_head(self, parts: ModelParts) -> None:
+        """The decoder's weights and the action head's; both halves are checked against the
+        files' headers before anything is copied."""
+        layout = parts.decoder_layout()
+        if self.head is None:
+            load_decoder_weights(self.model, parts.folder, layout, progress=self.progress)
             return
-        flow_weights = plan_flow_weights(self.flow, model_path)
-        load_decoder_weights(self.model, model_path, progress=self.progress, skip=is_flow_tensor)
-        load_flow_weights(self.flow, flow_weights, progress=self.progress)
+        plan = self.head.plan_weights(parts.folder)
+        load_decoder_weights(
+            self.model, parts.folder, layout, progress=self.progress, skip=self.head.owns
+        )
+        self.head.load_weights(plan, progress=self.progress)
 
     def _resolve_dtype(self, dtype: str | torch.dtype | None) -> torch.dtype:
         if dtype is not None:
@@ -272,11 +240,12 @@ class ModelRunner:
     ) -> LogitsOutput:
         """Logits after each request's last new token, and for requests with a span
         `(start, end)` (offsets into that request's new tokens) the logits after each of them.
-        `next_token_logits=False` (nothing samples after this forward: a prefill chunk, a flow
-        policy's prompt) skips the vocabulary projection of the last tokens ([0, V] instead)."""
+        `next_token_logits=False` (nothing samples after this forward: a prefill chunk, the
+        prompt of a denoised chunk) skips the vocabulary projection of the last tokens ([0, V]
+        instead)."""
         self.attn_backend.init_forward_metadata(batch)
         hidden = self.model(batch, self.attn_backend)
-        self.flow_counters.vlm_tokens += batch.num_tokens
+        self.counters.vlm_tokens += batch.num_tokens
         spans = list(prompt_logprob_spans or [None] * batch.batch_size)
         rows = [batch.last_token_index] if next_token_logits else []
         starts = [0, *accumulate(batch.extend_lens_cpu)]
@@ -323,34 +292,27 @@ class ModelRunner:
         time: torch.Tensor,
         state: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """The velocity [B, chunk_size, max_action_dim] (float32) of a flow policy at the noisy
-        actions `x_t` (same shape, float32) and times `time` [B] (float32), for requests whose
-        prefixes (`prefix_lens[i]` tokens) are in the pool in `req_to_token` rows `rows`. One
-        expert pass for the whole batch; the pool is read, never written. `state` [B,
-        max_state_dim]: pi0's normalised, zero-padded state (None: zeros; pi0.5 ignores it)."""
-        if self.flow is None:
-            raise ValueError(f"{self.model_path} is not a flow-matching (pi0 / pi0.5) policy")
+        """The action head's velocity [B, chunk_size, width] (float32) at the noisy chunks `x_t`
+        (same shape, float32) and times `time` [B] (float32), for requests whose prefixes
+        (`prefix_lens[i]` tokens) are in the pool in `req_to_token` rows `rows`. One head pass
+        for the whole batch; the pool is read, never written. `state` [B, ...]: the requests'
+        normalised state, for a head that reads it beside the prefix (None: zeros)."""
+        if self.head is None:
+            raise ValueError(f"{self.model_path} has no action head")
         if len(rows) != len(prefix_lens) or not rows:
             raise ValueError("denoise needs one prefix length per row, and at least one row")
         if min(prefix_lens) < 1 or max(prefix_lens) > self.context_len:
             raise ValueError(f"prefix lengths must be in [1, {self.context_len}]")
-        attention = SuffixAttention.build(
-            self.req_to_token_pool,
-            self.kv_pool,
-            rows,
-            prefix_lens,
-            self.flow.suffix_len,
-            self.flow.has_state_token,
-        )
+        prefix = PagedPrefix.build(self.req_to_token_pool, self.kv_pool, rows, prefix_lens)
         dev = self.device
-        velocity = self.flow(
+        velocity = self.head.velocity(
+            prefix,
             x_t.to(dev, torch.float32),
             time.to(dev, torch.float32),
-            None if state is None or self.flow.kind != "pi0" else state.to(dev, torch.float32),
-            attention,
+            None if state is None else state.to(dev, torch.float32),
         )
-        self.flow_counters.expert_passes += 1
-        self.flow_counters.expert_rows += len(rows)
+        self.counters.expert_passes += 1
+        self.counters.expert_rows += len(rows)
         return velocity
 
     def encode_images(
@@ -365,30 +327,22 @@ class ModelRunner:
         # One copy into a fresh array: the wire's pixel buffers are read-only.
         return self.vision.encode(torch.from_numpy(np.stack([np.asarray(p) for p in pixel_values])))
 
-    def update_weights_from_disk(self, model_path: str | Path) -> None:
-        """Swap in a checkpoint of the same architecture; on any error the old weights stay."""
-        new_config = load_model_config(model_path)
-        differences = self.config.differences(new_config)
+    def update_weights(self, parts: ModelParts) -> None:
+        """Swap in the weights of another folder of the same architecture (`parts`: its
+        family); on any error the old weights stay."""
+        new_config = parts.decoder_config()
+        differences = self.config.differences(new_config) + self.parts.differences(parts)
         if differences:
             raise WeightLoadError(
-                f"{model_path} has a different architecture: " + "; ".join(differences)
+                f"{parts.folder} has a different architecture: " + "; ".join(differences)
             )
-        new_spec = lerobot_spec(model_path)
-        if self.flow is not None and new_spec is not None:
-            differences = self.flow.spec.flow_differences(new_spec)
-            if differences:
-                raise WeightLoadError(
-                    f"{model_path} has a different flow policy: " + "; ".join(differences)
-                )
-        # Checked in full before the decoder changes, so a bad vision or flow half changes
+        # Checked in full before the decoder changes, so a bad vision or head half changes
         # nothing.
-        vision_weights = None if self.vision is None else self.vision.read_weights(model_path)
-        self._load_decoder_and_flow(model_path)
+        vision_weights = None if self.vision is None else self.vision.read_weights(parts.folder)
+        self._load_decoder_and_head(parts)
         if self.vision is not None and vision_weights is not None:
             self.vision.load_weights(vision_weights)
-        self.model_path = Path(model_path)
-        self.config = new_config
-        self.policy_spec = new_spec
+        self.parts, self.model_path, self.config = parts, Path(parts.folder), new_config
 
 
 def _shifted(

@@ -50,6 +50,7 @@ class DecoderLayout:
     strip: tuple[str, ...] = ()
     skip: tuple[str, ...] = ()
 
+
 # checkpoint tensor name -> [(parameter name, first row, shape)]
 LoadPlan = dict[str, list[tuple[str, int, tuple[int, ...]]]]
 # our parameter name -> [(canonical checkpoint name, shape), ...] concatenated along dim 0

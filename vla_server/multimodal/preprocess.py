@@ -14,10 +14,9 @@ one pass).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import functools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch

@@ -27,8 +27,9 @@ from vla_server.errors import RequestError
 from vla_server.io_struct import FinishReason, ModelInfo, Tensor
 from vla_server.model.config import ModelConfig
 from vla_server.model.denoise import denoise_times
-from vla_server.model.parts import ActionHead, DecoderLayout, ModelParts, VisionEncoder
+from vla_server.model.parts import ActionHead, ModelParts, VisionEncoder
 from vla_server.model.tokenizer import load_tokenizer
+from vla_server.model.weight_loader import DecoderLayout
 from vla_server.multimodal.preprocessor import ImagePreprocessor
 
 # ---- the scheduler: what an action request runs -------------------------------------------
@@ -98,7 +99,6 @@ class ActionAsk:
     num_actions: int  # 0: a plain request
     unnorm_key: str | None
     state: list[float] | None
-    has_stops: bool  # the request sets stop strings or stop ids
 
 
 @dataclass(frozen=True)
@@ -161,8 +161,9 @@ class PolicyFrontend(Protocol):
 
     def unnorm_keys(self) -> list[str]: ...
 
-    def action_token_ids(self, output_ids: list[int], num_actions: int) -> list[Any]:
-        """What a reply's `action_token_ids` shows of the generated ids."""
+    def action_token_ids(self, output_ids: list[int], start: int, stop: int) -> list[Any]:
+        """What a reply's `action_token_ids` shows of the generated ids for actions
+        [start, stop)."""
         ...
 
     def describe(self) -> dict[str, Any]: ...

@@ -5,16 +5,19 @@ whether it reads that kind of config (`config_types`: LeRobot's `type`, Hugging 
 `model_type`); a family may describe a conversion folder as the config it amounts to
 (`describe_config`). The processes that did not detect the folder build the same family from
 the readiness handshake's `ModelInfo` (`from_info`). Adding a family is one line in `FAMILIES`
-(or `register` at run time, for a family that lives outside this package).
+(or `register` at run time, for a family that lives outside this package: name its module
+with --policy-plugin and every process imports it before classifying the folder).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 from typing import Any
 
 from vla_server.io_struct import ModelInfo
+from vla_server.model.tokenizer import load_tokenizer
 from vla_server.policies.base import PolicyFamily
 from vla_server.policies.llava.family import LlavaFamily
 from vla_server.policies.openvla.family import OpenVLAFamily
@@ -55,11 +58,27 @@ def detect(folder: str | Path) -> PolicyFamily:
     )
 
 
+def import_plugins(modules: tuple[str, ...]) -> None:
+    """Import the modules that register families living outside this package."""
+    for module in modules:
+        importlib.import_module(module)
+
+
+def checkpoint_tokenizer(family: PolicyFamily, tokenizer_path: str) -> Any:
+    """The tokenizer every process uses: the family's own, unless --tokenizer-path names
+    another folder."""
+    if Path(tokenizer_path) == family.folder:
+        return family.tokenizer()
+    return load_tokenizer(tokenizer_path)
+
+
 def from_info(info: ModelInfo) -> PolicyFamily:
     """The family the scheduler detected, built in another process from the handshake."""
     family = next((f for f in FAMILIES if f.name == info.family), None)
     if family is None:
-        raise UnknownCheckpoint(f"the scheduler reports family {info.family!r}, not registered here")
+        raise UnknownCheckpoint(
+            f"the scheduler reports family {info.family!r}, not registered here"
+        )
     path = Path(info.model_path)
     return family(path, family.describe_config(path, _read_config(path)))
 

@@ -4,7 +4,7 @@ runs in the model worker thread.
 It reads only the batch and read-only request fields (prompt, images, sampling parameters,
 generator, vocabulary mask) and returns a BatchResult; the scheduler applies the result. The
 request fields it writes are the prefill's image state (`Req.prefill_images`) and a denoising
-request's chunk (`FlowState.x`), which the scheduler touches only when no batch of the request is
+request's chunk (`DenoiseState.x`), which the scheduler touches only when no batch of the request is
 in flight. A batch's denoising pass runs after its forward, so a prompt prefilled by that
 forward is already in the KV pool.
 """
@@ -12,6 +12,7 @@ forward is already in the KV pool.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -19,6 +20,7 @@ from vla_server.config import ThreadPlan
 from vla_server.io_struct import MMItem
 from vla_server.model.denoise import euler_update
 from vla_server.model.model_runner import ModelRunner
+from vla_server.model.parts import ModelParts
 from vla_server.model.sampling import (
     SamplingBatchInfo,
     TokenHistory,
@@ -38,8 +40,10 @@ class BatchRunner:
         embedder: ImageEmbedder | None = None,
         eos_token_ids: frozenset[int] = frozenset(),
         threads: ThreadPlan | None = None,
+        parts_for: Callable[[str], ModelParts] | None = None,
     ):
         self.runner = runner
+        self.parts_for = parts_for  # a folder's family, for weight updates
         self.threads = threads  # None: the process's torch threads for every step
         self._threads_now = 0
         self.device = runner.device
@@ -51,7 +55,9 @@ class BatchRunner:
         return None if seed is None else make_generator(seed, self.device)
 
     def update_weights_from_disk(self, model_path: str) -> None:
-        self.runner.update_weights_from_disk(model_path)
+        if self.parts_for is None:
+            raise ValueError("this runner takes no weight updates")
+        self.runner.update_weights(self.parts_for(model_path))
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> BatchResult:
@@ -89,17 +95,17 @@ class BatchRunner:
 
     def _denoise(self, batch: ScheduledBatch) -> None:
         """One Euler step of every denoising request, in one expert pass."""
-        flows = [r.flow for r in batch.denoise if r.flow is not None]
+        chunks = [r.denoise for r in batch.denoise if r.denoise is not None]
         dev = self.device
-        x = torch.cat([f.x.to(dev) for f in flows])
-        states = [f.state for f in flows if f.state is not None]
+        x = torch.cat([c.x.to(dev) for c in chunks])
+        states = [c.state for c in chunks if c.state is not None]
         state = torch.cat(states).to(dev) if states else None
         times = torch.tensor(batch.denoise_times, dtype=torch.float32, device=dev)
-        self._set_threads(len(flows), 0)
+        self._set_threads(len(chunks), 0)
         v = self.runner.denoise(batch.denoise_rows, batch.denoise_prefix_lens, x, times, state)
-        x = euler_update(x, v, flows[0].num_steps)
-        for i, f in enumerate(flows):
-            f.x = x[i : i + 1]
+        x = euler_update(x, v, chunks[0].num_steps)
+        for i, c in enumerate(chunks):
+            c.x = x[i : i + 1]
 
     def _set_threads(self, requests: int, new_tokens: int) -> None:
         # Runs on the model worker thread, the one whose OpenMP pool the next forward uses.

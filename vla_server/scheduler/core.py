@@ -14,13 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 
-import torch
-
 from vla_server.config import SchedulerConfig
 from vla_server.io_struct import AbortReq, RpcReply, SchedulerStats, TokenizedGenerateReqInput
+from vla_server.policies.base import HeadSpec
 from vla_server.scheduler.control import SchedulerControl
 from vla_server.scheduler.deadline import StepTimer
-from vla_server.scheduler.denoise_state import FlowSpec
 from vla_server.scheduler.finish_check import FinishChecker
 from vla_server.scheduler.image_embedder import ImageEmbedder
 from vla_server.scheduler.intake import Intake
@@ -50,9 +48,8 @@ class SchedulerCore:
         sessions: SessionController,
         finish_checker: FinishChecker,
         context_len: int,
-        action_mask: torch.Tensor | None = None,
+        head: HeadSpec | None = None,
         prefix_lm: bool = False,
-        flow: FlowSpec | None = None,
         model_counters: Callable[[], dict[str, int]] | None = None,
         embedder: ImageEmbedder | None = None,
         clock: Clock | None = None,
@@ -73,8 +70,8 @@ class SchedulerCore:
         self.outputs = OutputStream(sink, self.stats, sessions, cfg.stream_interval)
         self.intake = Intake(
             cfg, self.policy, self.state, sessions, self.outputs, runner.generator_for, self.clock,
-            kv_tokens=kv.total_tokens, context_len=context_len, action_mask=action_mask,
-            prefix_lm=prefix_lm, flow=flow,
+            kv_tokens=kv.total_tokens, context_len=context_len, head=head,
+            prefix_lm=prefix_lm,
         )  # fmt: skip
         self.step_cost = StepCostModel()
         isolation = Isolation.from_config(cfg, self.policy, self.step_cost)

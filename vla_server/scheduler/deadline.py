@@ -40,7 +40,7 @@ class StepTimer:
     def time_left_s(self, req: Req) -> float:
         """Predicted time until `req` finishes if it ran from now."""
         prefill = max(req.num_new_tokens - 1, 0) * self.prefill_token_s
-        denoise = 0.0 if req.flow is None else req.flow.steps_left * self.denoise_step_s
+        denoise = 0.0 if req.denoise is None else req.denoise.steps_left * self.denoise_step_s
         return prefill + req.remaining_new_tokens() * self.decode_step_s + denoise
 
     def check(self, req: Req, now: float | None = None) -> FinishDeadline | None:

@@ -2,7 +2,7 @@
 
 A request is refused (finish reason `abort`, with the HTTP status and the field it is about) when
 it can never run: a prompt beyond the context, more KV than the pool holds, actions on a model
-without an action tokenizer, a session error. With `supersede`, the newest frame of a session
+without an action head, a session error. With `supersede`, the newest frame of a session
 replaces its stale waiting ones before the queue bound is checked, so a full queue never keeps
 out the newest frame. With the bound reached, a better-ranked newcomer evicts the worst queued
 request; anyone else gets a 503.
@@ -16,7 +16,8 @@ import torch
 
 from vla_server.config import SchedulerConfig
 from vla_server.io_struct import AbortReq, FinishSuperseded, TokenizedGenerateReqInput, abort
-from vla_server.scheduler.denoise_state import FlowSpec, FlowState
+from vla_server.policies.base import Denoise, HeadSpec
+from vla_server.scheduler.denoise_state import DenoiseState
 from vla_server.scheduler.interfaces import Clock
 from vla_server.scheduler.output_streamer import OutputStream
 from vla_server.scheduler.policy import PolicyConfig
@@ -38,11 +39,9 @@ class Intake:
         *,
         kv_tokens: int,
         context_len: int,
-        action_mask: torch.Tensor | None,
+        head: HeadSpec | None,
         prefix_lm: bool = False,
-        flow: FlowSpec | None = None,
     ):
-        self.default_priority = cfg.default_priority_value
         self.max_queued = cfg.max_queued_requests
         self.policy = policy
         self.state = state
@@ -52,12 +51,11 @@ class Intake:
         self.clock = clock
         self.kv_tokens = kv_tokens
         self.context_len = context_len
-        self.action_mask = action_mask
+        self.head = head  # what an action request runs (None: the model has no actions)
         self.prefix_lm = prefix_lm  # the model attends each prompt's prefix bidirectionally
-        self.flow = flow  # pi0 / pi0.5: action requests denoise a chunk instead of sampling
 
     def generate(self, msg: TokenizedGenerateReqInput) -> None:
-        req = Req.from_wire(msg, self.default_priority)
+        req = Req.from_wire(msg)
         req.arrival_time = req.last_step_at = self.clock.monotonic()
         req.arrival_step = self.state.step_count
         problem = self._prefix_problem(msg)
@@ -78,13 +76,13 @@ class Intake:
         if not self._fits(req):
             return
         if req.num_actions:
-            if self.flow is not None:
-                req.flow = FlowState.create(self.flow, msg)
-            elif self.action_mask is None:
-                self.reject(req, "this model has no action tokenizer")
+            if self.head is None:
+                self.reject(req, "this model has no action head", field="num_actions")
                 return
+            if isinstance(self.head, Denoise):
+                req.denoise = DenoiseState.create(self.head, msg)
             else:
-                req.vocab_mask = self.action_mask
+                req.vocab_mask = self.head.mask
         self._supersede(stale)  # first: the stale frames must not hold a queue slot
         if not self._queue_admits(req):
             return

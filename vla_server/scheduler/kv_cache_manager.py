@@ -46,10 +46,11 @@ class KVCacheManager:
 
     def match(self, req: Req) -> tuple[torch.Tensor, object]:
         """The longest cached prefix `req` may reuse (at least one token stays to compute,
-        for its logits; a flow request takes none from its prompt, so all of it may be cached)."""
+        for its logits; a denoising request takes none from its prompt, so all of it may be
+        cached)."""
         if not req.cacheable:
             return self.tree.match_prefix([]).indices, self.tree.root
-        limit = req.seq_len - (req.flow is None)
+        limit = req.seq_len - (req.denoise is None)
         if req.return_logprob and req.logprob_start_len >= 0:
             limit = min(limit, max(req.logprob_start_len - 1, 0))  # scored tokens need logits
         m = self.tree.match_prefix(req.cache_key(limit))

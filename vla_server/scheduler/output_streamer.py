@@ -39,13 +39,13 @@ def build_output(reqs: list[Req], stats: SchedulerStats) -> BatchTokenIDOutput:
         metas=[],
         logprobs=[],
         stats=stats,
-        action_keys=[],
+        unnorm_keys=[],
         wants_actions=[],
         no_stop_trim=[],
         spaces_between_special_tokens=[],
-        action_counts=[],
-        relaxed_actions=[],
-        action_chunks=[],
+        num_actions=[],
+        relaxed_decoding=[],
+        chunks=[],
     )
     for req in reqs:
         new_ids = req.output_ids[req.sent_output_len :]
@@ -74,10 +74,10 @@ def build_output(reqs: list[Req], stats: SchedulerStats) -> BatchTokenIDOutput:
         )
         out.logprobs.append(req.pending_logprobs)
         out.wants_actions.append(req.num_actions > 0)
-        out.action_keys.append(req.unnorm_key)
-        out.action_counts.append(req.num_actions)
-        out.relaxed_actions.append(req.wire.relaxed_actions)
-        out.action_chunks.append(None if req.flow is None else req.flow.chunk())
+        out.unnorm_keys.append(req.unnorm_key)
+        out.num_actions.append(req.num_actions)
+        out.relaxed_decoding.append(req.wire.relaxed_decoding)
+        out.chunks.append(None if req.denoise is None else req.denoise.chunk())
         req.pending_logprobs = None
         req.queue_time_sent = req.queue_time_sent or req.queue_time is not None
         req.sent_output_len = len(req.output_ids)

@@ -18,7 +18,7 @@ from vla_server.mem_cache.prefix_key import prefix_lm_key_head
 from vla_server.mem_cache.radix_cache import TreeNode
 from vla_server.model.sampling import SamplingParams
 from vla_server.multimodal.prefill_images import PrefillImages
-from vla_server.scheduler.denoise_state import FlowState
+from vla_server.scheduler.denoise_state import DenoiseState
 
 # How many prompt ids ride along with a request's first output chunk as decoding context.
 DETOKENIZE_CONTEXT_IDS = 5
@@ -63,8 +63,8 @@ class Req:
     # Prefix-LM: the radix key's first entry, a digest of the whole bidirectional prefix (see
     # `cache_key`); None for causal requests.
     key_head: int | None = None
-    # pi0 / pi0.5 action requests: the chunk being denoised (flow_state.py); None otherwise.
-    flow: FlowState | None = None
+    # An action request on a denoising head: its chunk (denoise_state.py); None otherwise.
+    denoise: DenoiseState | None = None
 
     # streaming bookkeeping
     sent_output_len: int = 0
@@ -74,7 +74,7 @@ class Req:
     pending_logprobs: Logprobs | None = None
 
     @classmethod
-    def from_wire(cls, msg: TokenizedGenerateReqInput, default_priority: int = 0) -> Req:
+    def from_wire(cls, msg: TokenizedGenerateReqInput) -> Req:
         ids = list(msg.input_ids)
         head = None
         if 0 < msg.prefix_lm_len <= len(ids):
@@ -83,7 +83,7 @@ class Req:
             wire=msg,
             origin_input_ids=ids,
             mm_items=msg.mm_items,
-            priority=default_priority if msg.priority is None else msg.priority,
+            priority=msg.priority,
             input_embeds=None if msg.input_embeds is None else msg.input_embeds.to_torch(),
             key_head=head,
         )

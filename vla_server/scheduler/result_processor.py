@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 
-from vla_server.io_struct import FinishLength
+from vla_server.io_struct import FinishActions
 from vla_server.scheduler.deadline import StepTimer
 from vla_server.scheduler.finish_check import FinishChecker
 from vla_server.scheduler.kv_cache_manager import KVCacheManager
@@ -103,8 +103,8 @@ class ResultProcessor:
 
 def _denoised(req: Req) -> None:
     """One more Euler step applied; the last one finishes the request by its budget."""
-    flow = req.flow
-    assert flow is not None
-    flow.done += 1
-    if flow.done == flow.num_steps:
-        req.finished_reason = FinishLength(flow.num_steps)
+    chunk = req.denoise
+    assert chunk is not None
+    chunk.done += 1
+    if chunk.done == chunk.num_steps:
+        req.finished_reason = FinishActions(chunk.num_steps)

@@ -30,8 +30,8 @@ class SchedState:
         with its output so far and is recomputed later, mostly from prefix hits."""
         assert req.inflight == 0, "drain before retracting"
         kv.release(req)
-        if req.flow is not None:
-            req.flow.restart()
+        if req.denoise is not None:
+            req.denoise.restart()
         self.running.remove(req)
         req.num_retractions += 1
         self.num_retractions += 1

@@ -189,7 +189,7 @@ class StepBuilder:
             if len(toks) < n:
                 toks.append(PENDING)  # the token the in-flight batch is sampling for it
             span, targets = prompt_span(req, req.kv_len, n)
-            sample = req.kv_len + n == req.seq_len and req.flow is None
+            sample = req.kv_len + n == req.seq_len and req.denoise is None
             batch.reqs.append(req)
             batch.tokens.append(toks)
             batch.prefix_lens.append(req.kv_len)
@@ -206,13 +206,13 @@ class StepBuilder:
         """One denoising pass for each request in `ready`, at its next step's time."""
         now = self.clock.monotonic()
         for req in ready:
-            flow = req.flow
-            assert flow is not None and req.req_pool_idx is not None
+            chunk = req.denoise
+            assert chunk is not None and req.req_pool_idx is not None
             batch.denoise.append(req)
             batch.denoise_rows.append(req.req_pool_idx)
             batch.denoise_prefix_lens.append(req.kv_len)
-            batch.denoise_times.append(flow.next_time)
-            flow.scheduled += 1
+            batch.denoise_times.append(chunk.next_time)
+            chunk.scheduled += 1
             self._stepped(req, now)
 
     def _stepped(self, req: Req, now: float) -> None:
@@ -224,6 +224,6 @@ class StepBuilder:
 
 
 def _denoises_next(req: Req) -> bool:
-    """A flow request whose prompt K/V are in place and that has steps left to schedule."""
-    flow = req.flow
-    return flow is not None and not req.finished and req.prompt_in_kv and flow.to_schedule
+    """A denoising request whose prompt K/V are in place and that has steps left to schedule."""
+    chunk = req.denoise
+    return chunk is not None and not req.finished and req.prompt_in_kv and chunk.to_schedule

@@ -73,10 +73,10 @@ class BinActionsFrontend:
     def unnorm_keys(self) -> list[str]:
         return [] if self.actions is None else self.actions.unnorm_keys()
 
-    def action_token_ids(self, output_ids: list[int], num_actions: int) -> list[Any]:
-        """The bin ids of each completed action."""
+    def action_token_ids(self, output_ids: list[int], start: int, stop: int) -> list[Any]:
+        """The bin ids of each of those actions."""
         d = self.action_dim or 0
-        return [output_ids[i * d : (i + 1) * d] for i in range(num_actions)]
+        return [output_ids[i * d : (i + 1) * d] for i in range(start, stop)]
 
     def describe(self) -> dict[str, Any]:
         if self.actions is None:

@@ -45,7 +45,12 @@ class LlavaFamily(PolicyFamily):
         architecture = (self.config.get("architectures") or [type(hf).__name__])[0]
         image_token = getattr(hf, "image_token_id", None) if self.has_vision else None
         return model_config(
-            self.folder, self.config, hf, text, architecture=architecture, image_token_id=image_token
+            self.folder,
+            self.config,
+            hf,
+            text,
+            architecture=architecture,
+            image_token_id=image_token,
         )
 
     def decoder_layout(self) -> DecoderLayout:

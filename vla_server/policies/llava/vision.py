@@ -124,4 +124,3 @@ class LlavaVisionEncoder(nn.Module):
             return True
         match = _LAYER_RE.match(name)
         return match is not None and int(match.group(1)) >= self.spec.layers_kept
-

@@ -37,6 +37,7 @@ _RGB = 3
 
 PRISMATIC_VISION_PREFIXES = ("vision_backbone.", "projector.")
 
+
 class PrismaticProjector(nn.Module):
     def __init__(self, kind: str, vision_dim: int, llm_dim: int):
         super().__init__()

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from vla_server.io_struct import Tensor
-from vla_server.policies.bin_actions.detokenizer import ActionStep
+from vla_server.policies.base import ActionOutput, ActionStep, first_actions
 from vla_server.policies.pi0.flow_actions import FlowActionPolicy
 
 
-def chunk_actions(policy: FlowActionPolicy, chunk: Tensor | None, count: int) -> ActionStep:
-    if chunk is None:
-        return ActionStep([], 0)
-    actions = policy.unnormalize(chunk.to_numpy())
-    if not np.isfinite(actions).all():
-        return ActionStep([], 0, "the denoised chunk or its statistics give a non-finite action")
-    out = actions[: count or len(actions)].tolist()
-    return ActionStep(out, len(out))
+class ChunkDecoder:
+    def __init__(self, policy: FlowActionPolicy):
+        self.policy = policy
+
+    def step(self, out: ActionOutput) -> ActionStep:
+        if out.chunk is None:
+            return ActionStep([], 0)
+        actions = self.policy.unnormalize(out.chunk.to_numpy())
+        if not np.isfinite(actions).all():
+            return ActionStep(
+                [], 0, "the denoised chunk or its statistics give a non-finite action"
+            )
+        return first_actions(actions.tolist(), out.num_actions)

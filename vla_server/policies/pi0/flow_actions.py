@@ -75,4 +75,3 @@ class FlowActionPolicy:
             "cameras": list(self.spec.cameras),
             "state_dim": self.spec.state_dim,
         }
-

@@ -10,11 +10,11 @@ integration (`flow_matching.py`) belongs to the caller. Parameter names follow t
 
 from __future__ import annotations
 
-import torch
-from torch import nn
-
 from dataclasses import replace
 from pathlib import Path
+
+import torch
+from torch import nn
 
 from vla_server.model.config import ModelConfig, decoder_dimensions
 from vla_server.model.llama import layer_weight_sources
@@ -29,7 +29,7 @@ from vla_server.policies.pi0.flow_head import (
     time_frequencies,
     velocity,
 )
-from vla_server.policies.pi0.flow_keys import EXPERT_PREFIX
+from vla_server.policies.pi0.flow_keys import EXPERT_PREFIX, FLOW_TYPES
 from vla_server.policies.pi0.flow_weights import (
     FlowWeights,
     is_flow_tensor,
@@ -75,7 +75,7 @@ class FlowModel(nn.Module):
     ):
         """`config`: the expert's decoder config (`expert_model_config`)."""
         super().__init__()
-        if not spec.is_flow:
+        if spec.policy_type not in FLOW_TYPES:
             raise ValueError(f"a {spec.policy_type!r} policy has no action expert")
         self.config = config
         self.spec = spec

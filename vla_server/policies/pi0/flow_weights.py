@@ -17,12 +17,12 @@ from torch import nn
 from vla_server.model.weight_loader import (
     LoadPlan,
     WeightLoadError,
+    WeightSources,
     copy_planned,
     header_shapes,
     plan_weights,
     tensor_files,
 )
-from vla_server.model.weight_loader import WeightSources
 from vla_server.policies.pi0.flow_keys import EXPERT_LM_HEAD, flow_kind, flow_name
 
 _KIND_NAMES = {"pi0": "pi0", "pi05": "pi0.5"}

@@ -75,6 +75,7 @@ def openpi_policy_config(folder: Path, raw: dict[str, Any]) -> dict[str, Any] | 
         "dtype": raw.get("precision", "float32"),
         "image_resolution": resolution,
         "normalization_mapping": {"VISUAL": "IDENTITY", "STATE": mode, "ACTION": mode},
+        "layout": "openpi",
     }
     config.update({key: raw[key] for key in _PASSED_ON if key in raw})
     return config

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from vla_server.io_struct import FinishLength, FinishReason, FinishStop
-from vla_server.policies.bin_actions.detokenizer import ActionStep
+from vla_server.io_struct import FinishLength, FinishStop
+from vla_server.policies.base import ActionOutput, ActionStep
 from vla_server.policies.pi0fast.fast_actions import FastActionTokenizer
 from vla_server.policies.pi0fast.fast_codec import FastDecodeError
 
@@ -33,25 +33,19 @@ class FastActionDetokenizer:
         self.ends = set(tokenizer.end_ids) | set(tokenizer.eos_ids)
         self.states: dict[str, _State] = {}
 
-    def step(
-        self,
-        rid: str,
-        new_ids: list[int],
-        finished: FinishReason | None,
-        count: int,
-        relaxed: bool,
-    ) -> ActionStep:
-        st = self.states.setdefault(rid, _State())
-        out = ActionStep([], 0)
+    def step(self, out: ActionOutput) -> ActionStep:
+        st = self.states.setdefault(out.rid, _State())
+        step = ActionStep([], 0)
         if not st.done:
+            new_ids = out.new_ids
             cut = next((i for i, t in enumerate(new_ids) if t in self.ends), None)
             st.ids += new_ids if cut is None else new_ids[:cut]
-            if cut is not None or isinstance(finished, FinishLength | FinishStop):
+            if cut is not None or isinstance(out.finished, FinishLength | FinishStop):
                 st.done = True
-                out = self._chunk(st.ids, count, relaxed)
-        if finished is not None:
-            self.states.pop(rid, None)
-        return out
+                step = self._chunk(st.ids, out.num_actions, out.relaxed_decoding)
+        if out.finished is not None:
+            self.states.pop(out.rid, None)
+        return step
 
     def _chunk(self, ids: list[int], count: int, relaxed: bool) -> ActionStep:
         try:

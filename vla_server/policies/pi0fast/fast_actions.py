@@ -22,11 +22,11 @@ import numpy as np
 import torch
 
 from vla_server.model.config import ModelConfig
-from vla_server.policies.pi_common.tokenizer_folder import tokenizer_folder
 from vla_server.policies.pi0fast.fast_codec import FastCodec, FastDecodeError, to_fast_tokens
 from vla_server.policies.pi_common.lerobot_config import LeRobotPolicySpec
 from vla_server.policies.pi_common.lerobot_normalizer import FeatureNormalizer, policy_normalizers
 from vla_server.policies.pi_common.policy_inputs import discretize_state
+from vla_server.policies.pi_common.tokenizer_folder import tokenizer_folder
 
 FAST_SUBFOLDER = "fast_tokenizer"
 END_TOKENS = ("|", "▁|")

@@ -37,8 +37,8 @@ class Pi0FastPrompt:
 
     @classmethod
     def create(cls, tokenizer: Any, convention: str) -> Pi0FastPrompt:
-        if convention == "auto":
-            convention = "lerobot"  # pi0-FAST folders are LeRobot's (openpi converts no FAST)
+        """`convention`: the folder's own (pi0-FAST folders are LeRobot's: openpi converts no
+        FAST checkpoint) unless the node was asked for the other."""
         if convention not in CONVENTIONS:
             raise ValueError(f"prompt convention {convention!r} is not one of {CONVENTIONS}")
         start = tokenizer(ACTION_START, add_special_tokens=False)["input_ids"]
