@@ -24,10 +24,10 @@ import torch
 from safetensors.numpy import load_file
 
 from tests.support import pi0_reference as ref
+from tests.support.families import family_tokenizer
 from tests.support.images import png_base64, random_rgb
 from tests.support.pi0fast_reference import lerobot_pixels
 from tests.support.server import module_server
-from vla_server.model.tokenizer import load_tokenizer
 from vla_server.policies.pi0.tiny import CHUNK, MAX_DIM, pi0_model_path
 from vla_server.policies.pi0fast.tiny import ACTION_DIM, CAMERAS, IMAGE_SIZE
 
@@ -88,7 +88,7 @@ def _lerobot_stats(folder: Path, feature: str) -> dict[str, np.ndarray]:
 def pi0_oracle() -> list[np.ndarray]:
     """Per case: transformers PI0's chunk for seed 100 + case, unnormalised (robot units)."""
     folder = pi0_model_path("pi0", "bare")
-    model, tokenizer = ref.hf_pi0(str(folder)), load_tokenizer(folder)
+    model, tokenizer = ref.hf_pi0(str(folder)), family_tokenizer(folder)
     st, act = _lerobot_stats(folder, "observation.state"), _lerobot_stats(folder, "action")
     out = []
     for n, (c, i, s) in enumerate(CASES):
@@ -177,7 +177,7 @@ def test_num_actions_takes_the_chunks_first_actions(pi0_server):
 
 def test_pi05_openpi_layout_equals_the_spec_reference(pi05_server):
     folder = pi0_model_path("pi05", "openpi")
-    reference, tokenizer = ref.SpecReference(folder, "pi05"), load_tokenizer(folder)
+    reference, tokenizer = ref.SpecReference(folder, "pi05"), family_tokenizer(folder)
     stats = json.loads((folder / "assets" / "tiny" / "norm_stats.json").read_text())["norm_stats"]
     q01, q99 = (np.asarray(stats["state"][k], dtype=np.float32) for k in ("q01", "q99"))
     a01, a99 = (np.asarray(stats["actions"][k], dtype=np.float32) for k in ("q01", "q99"))

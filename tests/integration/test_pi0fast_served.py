@@ -22,10 +22,10 @@ import pytest
 import torch
 
 from tests.support import pi0fast_reference as ref
+from tests.support.families import family_tokenizer
 from tests.support.images import png_base64, random_rgb
 from tests.support.server import module_server
 from tests.support.sse import stream_generate
-from vla_server.model.tokenizer import load_tokenizer
 from vla_server.policies.pi0fast.tiny import (
     CAMERAS,
     FAST_VOCAB,
@@ -54,7 +54,7 @@ def folder() -> str:
 @pytest.fixture(scope="module")
 def oracle(folder):
     """For each case: the reference's greedy FAST ids and its relaxed-decoded actions."""
-    model, tokenizer = ref.hf_paligemma(folder), load_tokenizer(folder)
+    model, tokenizer = ref.hf_paligemma(folder), family_tokenizer(folder)
     info = _model_info(folder)
     band = list(range(info["fast"][0], info["fast"][1] + 1))
     allowed, stops = band + info["ends"], set(info["ends"])
@@ -71,7 +71,7 @@ def oracle(folder):
 
 
 def _model_info(folder: str) -> dict:
-    tokenizer = load_tokenizer(folder)
+    tokenizer = family_tokenizer(folder)
     tail = len(tokenizer("Action: ", add_special_tokens=False)["input_ids"])
     ends = [tokenizer.convert_tokens_to_ids(t) for t in ("|", "▁|")] + [tokenizer.eos_token_id]
     vocab = ref.hf_paligemma(folder).config.text_config.vocab_size
@@ -167,7 +167,7 @@ def test_cameras_by_name_and_a_missing_camera(server, folder):
     """A camera left out is as LeRobot's masked camera: no tokens, the others' order kept."""
     f, i, s = CASES[4]
     out = _actions(server, _body(f, i, s, image_data={"wrist_0_rgb": png_base64(FRAMES[f][1])}))
-    model, tokenizer = ref.hf_paligemma(folder), load_tokenizer(folder)
+    model, tokenizer = ref.hf_paligemma(folder), family_tokenizer(folder)
     info = _model_info(folder)
     pixels = ref.lerobot_pixels(FRAMES[f][1], IMAGE_SIZE, IMAGE_SIZE)[None]
     ids = ref.prompt_ids(tokenizer, INSTRUCTIONS[i], ref.state_bins(folder, STATES[s]), "lerobot")

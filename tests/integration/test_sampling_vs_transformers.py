@@ -17,7 +17,7 @@ from transformers import (
 )
 
 from tests.support.hf_reference import assert_same_greedy, causal_lm
-from vla_server.model.config import load_model_config
+from vla_server.policies.registry import detect
 
 NEW = 24
 LOGPROB_TOL = 1e-3
@@ -43,7 +43,7 @@ def hf(llama_path):
 
 @pytest.fixture(scope="module")
 def eos_ids(llama_path) -> list[int]:
-    return list(load_model_config(llama_path).eos_token_ids)
+    return list(detect(llama_path).decoder_config().eos_token_ids)
 
 
 @pytest.fixture(scope="module")

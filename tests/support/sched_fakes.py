@@ -45,9 +45,9 @@ from vla_server.io_struct import (
 from vla_server.mem_cache.kv_pool import ReqToTokenPool, TokenToKVPool
 from vla_server.model.model_runner import REQ_POOL_SPARE_ROWS, LogitsOutput, SampleOutput
 from vla_server.model.sampling import SamplingBatchInfo, SamplingParams, compute_logprobs, sample
+from vla_server.policies.base import HeadSpec
 from vla_server.scheduler.batch_runner import BatchRunner
 from vla_server.scheduler.core import SchedulerCore
-from vla_server.scheduler.denoise_state import FlowSpec
 from vla_server.scheduler.finish_check import FinishChecker
 from vla_server.scheduler.kv_cache_manager import KVCacheManager
 from vla_server.scheduler.schedule_batch import BatchResult, ScheduledBatch
@@ -246,7 +246,7 @@ class Result:
     queue_steps: int | None = None  # sent once, with the first chunk after the first forward
     chunks: int = 0
     input_logprob_ids: list[int] = field(default_factory=list)
-    action_chunk: np.ndarray | None = None  # a flow request's denoised chunk
+    action_chunk: np.ndarray | None = None  # a denoising request's chunk
     action_chunks_sent: int = 0
 
     @property
@@ -278,8 +278,8 @@ class Collector:
             res.chunks += 1
             if out.logprobs[i] is not None:
                 res.input_logprob_ids += out.logprobs[i].input_ids
-            if out.action_chunks and out.action_chunks[i] is not None:
-                res.action_chunk = out.action_chunks[i].to_numpy()
+            if out.chunks and out.chunks[i] is not None:
+                res.action_chunk = out.chunks[i].to_numpy()
                 res.action_chunks_sent += 1
             if res.finish is not None:
                 self.events.append((rid, "end"))
@@ -309,10 +309,9 @@ class Harness:
         pool: int = 1024,
         context_len: int = 512,
         threaded: bool = False,
-        action_mask: torch.Tensor | None = None,
+        head: HeadSpec | None = None,
         token_s: float = 0.0,
         prefix_lm: bool = False,
-        flow: FlowSpec | None = None,
         **cfg: Any,
     ):
         self.cfg = sched_config(**cfg)
@@ -336,9 +335,8 @@ class Harness:
             ),
             finish_checker=FinishChecker(FakeTokenizer(), {EOS}),
             context_len=context_len,
-            action_mask=action_mask,
+            head=head,
             prefix_lm=prefix_lm,
-            flow=flow,
             clock=self.clock,
             worker=self.worker,
         )

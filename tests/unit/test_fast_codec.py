@@ -8,8 +8,8 @@ import pytest
 from scipy.fft import dct, idct
 
 from tests.support import pi0fast_reference as ref
+from tests.support.families import family_tokenizer
 from vla_server.io_struct import FinishLength, FinishStop, abort
-from vla_server.model.tokenizer import load_tokenizer
 from vla_server.policies.pi0fast.detokenizer import FastActionDetokenizer
 from vla_server.policies.pi0fast.fast_actions import FastActionTokenizer
 from vla_server.policies.pi0fast.fast_codec import FastDecodeError, to_fast_tokens
@@ -25,7 +25,7 @@ def folder() -> str:
 
 @pytest.fixture(scope="module")
 def fast(folder) -> FastActionTokenizer:
-    return FastActionTokenizer.from_folder(folder, load_tokenizer(folder))
+    return FastActionTokenizer.from_folder(folder, family_tokenizer(folder))
 
 
 def chunks(n: int = 40) -> np.ndarray:

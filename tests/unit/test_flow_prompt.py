@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from vla_server.model.tokenizer import load_tokenizer
-from vla_server.policies.pi0.flow_actions import FlowActionPolicy
+from tests.support.families import family_tokenizer
 from vla_server.policies.pi0.prompt import flow_prompt_text
 from vla_server.policies.pi0.tiny import pi0_model_path
+from vla_server.policies.registry import detect
 
 
 def _state_stats(folder) -> dict[str, np.ndarray]:
@@ -28,7 +28,7 @@ def _state_stats(folder) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("kind", ["pi0", "pi05"])
 def test_prompt_bytes(kind):
     folder = pi0_model_path(kind, "bare")
-    policy, tokenizer = FlowActionPolicy.from_folder(folder), load_tokenizer(folder)
+    policy, tokenizer = detect(folder).policy(), family_tokenizer(folder)
     state = [-3.0, 1.0, 0.25, 9.0]  # the first below the statistics' range, the last above
     text = flow_prompt_text(policy, "  Open the top_drawer\n", state)
     if kind == "pi0":
@@ -46,7 +46,7 @@ def test_prompt_bytes(kind):
 
 def test_pi0_state_vector_is_mean_std_normalised_and_zero_padded():
     folder = pi0_model_path("pi0", "bare")
-    policy = FlowActionPolicy.from_folder(folder)
+    policy = detect(folder).policy()
     stats = _state_stats(folder)
     state = [0.5, -1.0, 2.0, 3.5]
     vector = policy.state_vector(state)

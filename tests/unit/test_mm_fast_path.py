@@ -12,13 +12,13 @@ import pytest
 from PIL import Image
 
 from tests.support.images import encode, random_rgb, smooth_rgb
+from tests.support.preprocessors import Preprocessor, apply_preprocessor
 from tests.unit.test_prismatic_preprocess import DINO, SIGLIP, published
 from vla_server.multimodal.image_hash import format_mm_hash, image_hash
 from vla_server.multimodal.image_input import MediaPolicy, load_frame, load_image
 from vla_server.multimodal.image_pipeline import ImagePipeline
 from vla_server.multimodal.preprocess import _center_crop, normalise, resized_hw
 from vla_server.multimodal.preprocess_config import PreprocessConfig
-from vla_server.multimodal.preprocessors import Preprocessor, apply_preprocessor
 from vla_server.multimodal.value_tables import look_up, value_tables
 from vla_server.policies.openvla.prismatic_preprocess import PrismaticPreprocess, tower_normalise
 

@@ -19,6 +19,7 @@ import pytest
 import xxhash
 
 from tests.support.images import encode, random_rgb, smooth_rgb
+from tests.support.preprocessors import apply_preprocessor
 from tests.support.torchvision_backend import torchvision_backend
 from tests.unit.test_mm_fast_path import CONFIGS, LLAVA, SIZES
 from vla_server.bench.multimodal import camera_frames
@@ -27,7 +28,6 @@ from vla_server.multimodal.image_input import MediaPolicy, load_image
 from vla_server.multimodal.image_pipeline import ImagePipeline
 from vla_server.multimodal.preprocess import resized_hw
 from vla_server.multimodal.preprocess_config import PreprocessConfig
-from vla_server.multimodal.preprocessors import apply_preprocessor
 from vla_server.policies.openvla.prismatic_preprocess import PrismaticPreprocess
 
 

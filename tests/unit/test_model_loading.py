@@ -12,20 +12,19 @@ from transformers import AutoModelForCausalLM, LlavaForConditionalGeneration
 
 from tests.support.tiny_checkpoints import make_llama, make_llava, make_qwen2, make_tokenizer
 from vla_server.model.attention.registry import resolve_backend_name
-from vla_server.model.config import load_model_config
 from vla_server.model.model_runner import ModelRunner
 from vla_server.model.weight_loader import (
-    NON_DECODER_PREFIXES,
     WeightLoadError,
     load_tensors_with_prefix,
 )
+from vla_server.policies.registry import detect
 
 PROMPT = [3, 141, 59, 26, 53, 58, 97, 93, 238, 46, 264, 33]
 
 
 def runner_for(path, **kwargs) -> ModelRunner:
     kwargs.setdefault("max_total_tokens", 256)
-    return ModelRunner(path, max_running_requests=2, progress=False, **kwargs)
+    return ModelRunner(detect(path), max_running_requests=2, progress=False, **kwargs)
 
 
 def last_logits(runner: ModelRunner, tokens: list[int]) -> torch.Tensor:
@@ -44,7 +43,7 @@ def reference_logits(model, tokens: list[int]) -> torch.Tensor:
 
 
 def test_llama_config_fields():
-    config = load_model_config(make_llama())
+    config = detect(make_llama()).decoder_config()
     tok = make_tokenizer()
     assert config.architecture == "LlamaForCausalLM"
     assert (config.num_layers, config.num_heads, config.num_kv_heads) == (2, 4, 2)
@@ -59,10 +58,10 @@ def test_llama_config_fields():
 
 
 def test_qwen2_and_llava_config_fields():
-    qwen = load_model_config(make_qwen2())
+    qwen = detect(make_qwen2()).decoder_config()
     assert qwen.decoder_type == "qwen2" and qwen.qkv_bias and not qwen.o_bias
     assert qwen.tie_word_embeddings and qwen.rope_theta == 1e6
-    llava = load_model_config(make_llava(text="qwen2"))
+    llava = detect(make_llava(text="qwen2")).decoder_config()
     assert llava.architecture == "LlavaForConditionalGeneration"
     assert llava.decoder_type == "qwen2" and llava.is_multimodal
     assert llava.image_token_id == make_tokenizer().convert_tokens_to_ids("<image>")
@@ -75,7 +74,7 @@ def test_explicit_head_dim_and_old_style_rope(tmp_path):
     raw.pop("rope_parameters")
     raw.update(head_dim=48, rope_theta=2500.0, rope_scaling={"type": "linear", "factor": 2.0})
     (tmp_path / "config.json").write_text(json.dumps(raw))
-    config = load_model_config(tmp_path)
+    config = detect(tmp_path).decoder_config()
     assert config.head_dim == 48
     assert config.rope_theta == 2500.0
     assert config.rope_scaling == {"rope_type": "linear", "factor": 2.0, "rope_theta": 2500.0}
@@ -104,7 +103,7 @@ def test_llava_decoder_loads_from_both_layouts(text, original_layout):
         last_logits(runner_for(path), PROMPT), reference_logits(hf, PROMPT), atol=1e-4, rtol=1e-4
     )
     # The vision tower and projector are left for the vision loader, under their own names.
-    extra = load_tensors_with_prefix(path, NON_DECODER_PREFIXES)
+    extra = load_tensors_with_prefix(path, detect(path).decoder_layout().skip)
     reference = hf.state_dict()
     vision = {n: t for n, t in reference.items() if "vision_tower" in n or "projector" in n}
     assert len(extra) == len(vision) > 0

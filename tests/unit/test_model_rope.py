@@ -7,8 +7,8 @@ import torch
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-from vla_server.model.config import load_model_config
 from vla_server.model.rotary import RotaryEmbedding, apply_rotary
+from vla_server.policies.registry import detect
 
 MAX_POS = 64
 VARIANTS = {
@@ -54,7 +54,7 @@ def configs(tmp_path, rope_scaling):
         rope_scaling=None if rope_scaling is None else dict(rope_scaling),
     )
     hf.save_pretrained(tmp_path)
-    return hf, load_model_config(tmp_path)
+    return hf, detect(tmp_path).decoder_config()
 
 
 def reference(hf_config, positions: list[int]) -> tuple[torch.Tensor, torch.Tensor]:

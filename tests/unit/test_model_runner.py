@@ -16,6 +16,7 @@ from tests.support.hf_reference import assert_same_greedy
 from tests.support.tiny_checkpoints import make_llama, make_qwen2
 from vla_server.model.model_runner import LogitsOutput, ModelRunner
 from vla_server.model.sampling import SamplingBatchInfo, SamplingParams, compute_logprobs
+from vla_server.policies.registry import detect
 
 LOGPROB_ATOL = 1e-3
 
@@ -66,7 +67,9 @@ def random_prompts(lengths: list[int], vocab: int, seed: int) -> list[list[int]]
 @pytest.fixture(scope="module", params=["llama", "qwen2"])
 def pair(request):
     path = make_llama() if request.param == "llama" else make_qwen2()
-    runner = ModelRunner(path, max_total_tokens=4096, max_running_requests=16, progress=False)
+    runner = ModelRunner(
+        detect(path), max_total_tokens=4096, max_running_requests=16, progress=False
+    )
     return runner, hf_model(path)
 
 
@@ -248,7 +251,7 @@ def test_rope_scaling_generation_beyond_original_length(rope_scaling):
     """Greedy decoding across max_position_embeddings, where scaled RoPE matters."""
     path = make_llama(max_position_embeddings=32, rope_scaling=rope_scaling)
     runner = ModelRunner(
-        path, max_total_tokens=512, max_running_requests=2, context_len=96, progress=False
+        detect(path), max_total_tokens=512, max_running_requests=2, context_len=96, progress=False
     )
     hf = hf_model(path)
     prompts = random_prompts([40, 9], runner.vocab_size, seed=13)

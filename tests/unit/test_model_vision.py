@@ -29,7 +29,8 @@ from vla_server.multimodal.image_hash import image_hash, pad_ids_for_image
 from vla_server.multimodal.preprocess import preprocess_image
 from vla_server.multimodal.preprocess_config import PreprocessConfig
 from vla_server.policies.llava.demo import make_demo_model
-from vla_server.policies.llava.vision import VisionEncoder
+from vla_server.policies.llava.vision import LlavaVisionEncoder
+from vla_server.policies.registry import detect
 
 FEATURE_ATOL = 1e-5
 STEPS = 32
@@ -63,7 +64,7 @@ def checkpoint(tmp_path_factory):
             else:
                 path = BUILDERS[name]()
             runner = ModelRunner(
-                path, max_total_tokens=1024, max_running_requests=2, progress=False
+                detect(path), max_total_tokens=1024, max_running_requests=2, progress=False
             )
             hf = LlavaForConditionalGeneration.from_pretrained(path, dtype=torch.float32).eval()
             loaded[name] = Loaded(path, runner, hf, AutoProcessor.from_pretrained(path))
@@ -80,7 +81,7 @@ def reference_features(hf: LlavaForConditionalGeneration, pixels: torch.Tensor) 
 @pytest.mark.parametrize("name", [*BUILDERS, "demo"])
 def test_features_match_get_image_features(checkpoint, name):
     m = checkpoint(name)
-    encoder = VisionEncoder.from_folder(m.path, dtype=torch.float32, device="cpu")
+    encoder = LlavaVisionEncoder.from_folder(m.path, dtype=torch.float32, device="cpu")
     size = encoder.spec.image_size
     pixels = torch.randn(3, 3, size, size, generator=torch.Generator().manual_seed(0))
     ours = encoder.encode(pixels)
@@ -115,7 +116,7 @@ def test_older_vision_model_layout_loads(checkpoint, tmp_path):
     }
     assert any(n.startswith("vision_tower.vision_model.encoder.") for n in renamed)
     save_file(renamed, folder / "model.safetensors", metadata={"format": "pt"})
-    encoder = VisionEncoder.from_folder(folder, dtype=torch.float32, device="cpu")
+    encoder = LlavaVisionEncoder.from_folder(folder, dtype=torch.float32, device="cpu")
     pixels = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
     hf = LlavaForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).eval()
     torch.testing.assert_close(
@@ -221,7 +222,9 @@ def test_greedy_generation_with_images_matches_transformers(checkpoint, name, n_
 
 
 def test_text_only_checkpoint_has_no_vision():
-    runner = ModelRunner(make_llama(), max_total_tokens=64, max_running_requests=1, progress=False)
+    runner = ModelRunner(
+        detect(make_llama()), max_total_tokens=64, max_running_requests=1, progress=False
+    )
     assert runner.vision is None
     with pytest.raises(ValueError, match="no vision encoder"):
         runner.encode_images([np.zeros((3, 32, 32), np.float32)])
@@ -241,7 +244,7 @@ def edited_copy(source: Path, folder: Path, config=None, drop_tensor: str | None
 
 def test_update_weights_from_disk_swaps_the_vision_encoder(tmp_path):
     old, new = make_llava(), make_llava(seed=5)
-    runner = ModelRunner(old, max_total_tokens=64, max_running_requests=1, progress=False)
+    runner = ModelRunner(detect(old), max_total_tokens=64, max_running_requests=1, progress=False)
     pixels = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(3))
     before = torch.stack(runner.encode_images(list(pixels)))
     embed_before = runner.model.embed_tokens.weight.clone()

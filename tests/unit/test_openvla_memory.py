@@ -8,10 +8,10 @@ import json
 import torch
 
 from vla_server.mem_cache.kv_pool import TokenToKVPool
-from vla_server.model.config import load_model_config
 from vla_server.model.llama import LlamaForCausalLM
 from vla_server.policies.openvla.prismatic_config import PrismaticSpec
 from vla_server.policies.openvla.prismatic_vision import PrismaticVisionEncoder
+from vla_server.policies.registry import detect
 
 # openvla-7b's config.json, less norm_stats; text_config holds only what differs from
 # LlamaConfig's defaults (Llama-2-7B's sizes), as transformers saved it.
@@ -57,7 +57,7 @@ def nbytes(module: torch.nn.Module) -> int:
 
 def test_openvla_7b_in_bf16_leaves_a_24_gb_gpu_room_for_kv(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(OPENVLA_7B))
-    config = load_model_config(tmp_path)
+    config = detect(tmp_path).decoder_config()
     assert (config.hidden_size, config.num_layers, config.vocab_size) == (4096, 32, 32064)
     llm = LlamaForCausalLM(config, dtype=torch.bfloat16, device="meta")
     shapes = tower_shapes("featurizer", 1024, 24, 4096)  # ViT-L/14 DINOv2 + 4 registers

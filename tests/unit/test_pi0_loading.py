@@ -16,13 +16,12 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from vla_server.model.config import expert_model_config, load_model_config
-from vla_server.model.denoise import euler_update, denoise_times
+from tests.support.families import family_tokenizer
+from vla_server.model.denoise import denoise_times, euler_update
 from vla_server.model.model_runner import ModelRunner
-from vla_server.model.tokenizer import load_tokenizer
 from vla_server.model.weight_loader import WeightLoadError
-from vla_server.multimodal.preprocessors import load_preprocessor
 from vla_server.policies.pi0.flow_head import time_embedding, time_frequencies
+from vla_server.policies.pi0.flow_model import expert_model_config
 from vla_server.policies.pi0.tiny import (
     ACTION_DIM,
     CHUNK,
@@ -32,17 +31,18 @@ from vla_server.policies.pi0.tiny import (
     pi0_model_path,
 )
 from vla_server.policies.pi0fast.tiny import ACTION_STATS, CAMERAS, STATE_STATS
-from vla_server.policies.pi_common.lerobot_config import LeRobotPolicySpec, lerobot_spec
+from vla_server.policies.pi_common.lerobot_config import LeRobotPolicySpec
 from vla_server.policies.pi_common.openpi_norm_stats import read_norm_stats
 from vla_server.policies.pi_common.pad_resize import PadResize
 from vla_server.policies.pi_common.paligemma_config import expert_config
+from vla_server.policies.registry import detect
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 EXPERT = "paligemma_with_expert.gemma_expert."
 
 
 def _runner(folder: str | Path) -> ModelRunner:
-    return ModelRunner(folder, device="cpu", max_total_tokens=64, progress=False)
+    return ModelRunner(detect(folder), device="cpu", max_total_tokens=64, progress=False)
 
 
 def _same_parameters(a: torch.nn.Module, b: torch.nn.Module) -> bool:
@@ -55,7 +55,7 @@ def test_every_layout_loads_the_same_model(kind):
     runners = {layout: _runner(pi0_model_path(kind, layout)) for layout in LAYOUTS}
     bare = runners["bare"]
     for layout, runner in runners.items():
-        config = load_model_config(pi0_model_path(kind, layout))
+        config = detect(pi0_model_path(kind, layout)).decoder_config()
         assert (config.architecture, config.prefix_lm, config.vision_format) == (
             kind, True, "paligemma")  # fmt: skip
         assert runner.flow is not None and runner.flow.kind == kind
@@ -63,8 +63,8 @@ def test_every_layout_loads_the_same_model(kind):
         for part in ("model", "vision", "flow"):
             assert _same_parameters(getattr(runner, part), getattr(bare, part)), (layout, part)
         folder = pi0_model_path(kind, layout)
-        assert load_tokenizer(folder)("pick up the cup\n")["input_ids"][0] == 2  # <bos>
-        assert load_preprocessor(folder) == PadResize(28, 28)
+        assert family_tokenizer(folder)("pick up the cup\n")["input_ids"][0] == 2  # <bos>
+        assert detect(folder).image_preprocessor("pil") == PadResize(28, 28)
     spec = bare.policy_spec
     assert spec.cameras == CAMERAS and (spec.state_dim, spec.action_dim) == (STATE_DIM, ACTION_DIM)
     assert spec.chunk_size == CHUNK and spec.max_action_dim == spec.max_state_dim == 32
@@ -164,7 +164,7 @@ def test_an_openpi_folder_without_flow_tensors_is_refused(tmp_path):
 
     copy = _edited(pi0_model_path("pi0", "openpi"), tmp_path, drop_flow)
     with pytest.raises(ValueError, match="no pi0/pi0.5 tensors"):
-        load_model_config(copy)
+        detect(copy).decoder_config()
 
 
 def test_type_defaults_and_the_named_expert_variants():
@@ -195,7 +195,7 @@ def test_type_defaults_and_the_named_expert_variants():
 
 def test_the_expert_config_comes_from_dit_config_and_must_pair_with_the_backbone():
     folder = pi0_model_path("pi0", "bare")
-    backbone, spec = load_model_config(folder), lerobot_spec(folder)
+    backbone, spec = detect(folder), detect(folder).spec
     expert = expert_model_config(backbone, spec)
     assert (expert.hidden_size, expert.intermediate_size) == (32, 64)
     assert (expert.num_layers, expert.num_heads, expert.head_dim) == (2, 4, 16)

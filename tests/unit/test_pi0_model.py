@@ -21,13 +21,14 @@ import pytest
 import torch
 
 from tests.support import pi0_reference as ref
+from tests.support.families import family_tokenizer
 from tests.support.images import random_rgb
 from tests.support.paligemma_prefill import prefill as prefill_prompt
 from tests.support.pi0fast_reference import lerobot_pixels
-from vla_server.model.denoise import euler_update, denoise_times
+from vla_server.model.denoise import denoise_times, euler_update
 from vla_server.model.model_runner import ModelRunner
-from vla_server.model.tokenizer import load_tokenizer
 from vla_server.policies.pi0.tiny import IMAGE_SIZE, NUM_STEPS, pi0_model_path
+from vla_server.policies.registry import detect
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -125,7 +126,7 @@ def kind(request) -> str:
 @cache
 def runner_for(kind: str) -> ModelRunner:
     folder = pi0_model_path(kind, "bare")
-    return ModelRunner(folder, device="cpu", max_total_tokens=1024, progress=False)
+    return ModelRunner(detect(folder), device="cpu", max_total_tokens=1024, progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -135,12 +136,12 @@ def runner(kind) -> ModelRunner:
 
 @pytest.fixture(scope="module")
 def tokenizer(kind):
-    return load_tokenizer(pi0_model_path(kind, "bare"))
+    return family_tokenizer(pi0_model_path(kind, "bare"))
 
 
 def test_pi0_actions_and_prefix_kv_equal_transformers():
     folder = str(pi0_model_path("pi0", "bare"))
-    runner, tokenizer, model = runner_for("pi0"), load_tokenizer(folder), ref.hf_pi0(folder)
+    runner, tokenizer, model = runner_for("pi0"), family_tokenizer(folder), ref.hf_pi0(folder)
     assert len(CASES) >= 12 and {c.present for c in CASES} == {(True, True), (True, False),
                                                                (False, True)}  # fmt: skip
     worst_actions = worst_kv = 0.0
@@ -166,7 +167,7 @@ def test_the_spec_reference_in_pi0_mode_equals_transformers():
     """The cross-check that makes `SpecReference` an oracle for pi0.5: the shared parts (joint
     attention, masks, positions, Gemma blocks, time embedding, Euler) against transformers."""
     folder = str(pi0_model_path("pi0", "bare"))
-    tokenizer, model = load_tokenizer(folder), ref.hf_pi0(folder)
+    tokenizer, model = family_tokenizer(folder), ref.hf_pi0(folder)
     spec = ref.SpecReference(folder, "pi0")
     for case in CASES[:6]:
         ids = text_ids(tokenizer, "pi0", case)
@@ -179,7 +180,7 @@ def test_the_spec_reference_in_pi0_mode_equals_transformers():
 def test_pi05_actions_equal_the_spec_reference():
     folder = str(pi0_model_path("pi05", "bare"))
     runner = runner_for("pi05")
-    tokenizer, spec = load_tokenizer(folder), ref.SpecReference(folder, "pi05")
+    tokenizer, spec = family_tokenizer(folder), ref.SpecReference(folder, "pi05")
     worst = 0.0
     for case in CASES:
         ids = text_ids(tokenizer, "pi05", case)
@@ -193,7 +194,7 @@ def test_pi05_actions_equal_the_spec_reference():
 
 def test_denoise_reads_the_pool_and_counts(runner, tokenizer, kind):
     case = CASES[0]
-    before = runner.flow_counters.__dict__.copy()
+    before = runner.counters.__dict__.copy()
     request = prefill(runner, case.present_pixels, text_ids(tokenizer, kind, case))
     free = runner.kv_pool.allocator.available_size()
     buffers = runner.kv_pool.k_buffer + runner.kv_pool.v_buffer
@@ -203,7 +204,7 @@ def test_denoise_reads_the_pool_and_counts(runner, tokenizer, kind):
     assert runner.kv_pool.allocator.available_size() == free
     assert all(torch.equal(a, b) for a, b in zip(pool, buffers, strict=True))
     assert torch.equal(table, runner.req_to_token_pool.req_to_token)
-    after = runner.flow_counters
+    after = runner.counters
     assert after.vlm_tokens - before["vlm_tokens"] == request.length  # the prefix, once
     assert after.expert_passes - before["expert_passes"] == NUM_STEPS
     assert after.expert_rows - before["expert_rows"] == NUM_STEPS
@@ -221,7 +222,7 @@ def test_requests_batched_at_different_steps_equal_each_alone(runner, tokenizer,
     times = denoise_times(NUM_STEPS)
     x = [noise(c.seed) for c in picked]
     step = [-i for i in range(len(picked))]
-    before = runner.flow_counters.expert_passes
+    before = runner.counters.expert_passes
     while min(step) < NUM_STEPS:
         active = [i for i, s in enumerate(step) if 0 <= s < NUM_STEPS]
         if active:
@@ -233,7 +234,7 @@ def test_requests_batched_at_different_steps_equal_each_alone(runner, tokenizer,
             for j, i in enumerate(active):
                 x[i] = euler_update(x[i], v[j : j + 1], NUM_STEPS)
         step = [s + 1 for s in step]
-    assert runner.flow_counters.expert_passes - before == NUM_STEPS + len(picked) - 1
+    assert runner.counters.expert_passes - before == NUM_STEPS + len(picked) - 1
     for ours, expected in zip(x, alone, strict=True):
         torch.testing.assert_close(ours, expected, atol=1e-5, rtol=0)
     for request in requests:
@@ -244,7 +245,7 @@ def test_the_pi0_state_token_does_not_see_the_actions():
     folder = str(pi0_model_path("pi0", "bare"))
     runner = runner_for("pi0")
     case = CASES[0]
-    request = prefill(runner, case.present_pixels, text_ids(load_tokenizer(folder), "pi0", case))
+    request = prefill(runner, case.present_pixels, text_ids(family_tokenizer(folder), "pi0", case))
     outputs: list[torch.Tensor] = []
     hook = runner.flow.expert.register_forward_hook(lambda _m, _i, out: outputs.append(out))
     for seed in (1, 2):

@@ -9,14 +9,14 @@ import pytest
 import torch
 
 from tests.support import pi0fast_reference as ref
+from tests.support.families import family_tokenizer
 from tests.support.images import random_rgb
-from vla_server.model.tokenizer import load_tokenizer
-from vla_server.multimodal.preprocessors import load_preprocessor
 from vla_server.policies.pi0fast.prompt import Pi0FastPrompt
 from vla_server.policies.pi0fast.tiny import CAMERAS, pi0fast_model_path
-from vla_server.policies.pi_common.lerobot_config import LeRobotPolicySpec, lerobot_spec
+from vla_server.policies.pi_common.lerobot_config import LeRobotPolicySpec
 from vla_server.policies.pi_common.pad_resize import PadResize, pad_resize
 from vla_server.policies.pi_common.paligemma_config import paligemma_config
+from vla_server.policies.registry import detect
 
 
 @pytest.mark.parametrize("hw", [(28, 28), (40, 60), (90, 50), (13, 7), (224, 224), (480, 640)])
@@ -40,9 +40,9 @@ def test_a_wide_frame_is_padded_black_top_and_bottom():
 
 def test_the_policy_config_and_the_preprocessor_of_the_folder():
     folder = pi0fast_model_path("bare")
-    spec = lerobot_spec(folder)
+    spec = detect(folder).spec
     assert spec.cameras == CAMERAS and spec.state_dim == 4 and spec.action_dim == 3
-    assert load_preprocessor(folder) == PadResize(28, 28)
+    assert detect(folder).image_preprocessor("pil") == PadResize(28, 28)
     minimal = LeRobotPolicySpec.from_config({
         "type": "pi0_fast",
         "input_features": {"observation.images.top": {"type": "VISUAL", "shape": [3, 224, 224]}},
@@ -67,7 +67,7 @@ def test_the_policy_config_and_the_preprocessor_of_the_folder():
 
 @pytest.mark.parametrize("convention", ["lerobot", "openpi"])
 def test_prompt_conventions(convention):
-    tokenizer = load_tokenizer(pi0fast_model_path("bare"))
+    tokenizer = family_tokenizer(pi0fast_model_path("bare"))
     prompt = Pi0FastPrompt.create(tokenizer, convention)
     instruction, bins = " Stack_the Cup\non it ", [-1, 0, 128, 255]
     text_ids = tokenizer(prompt.task_text(instruction, bins))["input_ids"]

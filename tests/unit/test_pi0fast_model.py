@@ -13,14 +13,15 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tests.support import pi0fast_reference as ref
+from tests.support.families import family_tokenizer
 from tests.support.images import random_rgb
 from tests.support.paligemma_prefill import prefill
 from vla_server.mem_cache.prefix_key import prefix_lm_key_head
 from vla_server.model.model_runner import ModelRunner
-from vla_server.model.tokenizer import load_tokenizer
 from vla_server.model.weight_loader import WeightLoadError
 from vla_server.policies.pi0fast.fast_actions import FastActionTokenizer
 from vla_server.policies.pi0fast.tiny import IMAGE_SIZE, pi0fast_model_path
+from vla_server.policies.registry import detect
 
 FRAMES = [random_rgb(28, 28, seed=5), random_rgb(70, 40, seed=6)]
 
@@ -32,12 +33,12 @@ def folder() -> str:
 
 @pytest.fixture(scope="module")
 def runner(folder) -> ModelRunner:
-    return ModelRunner(folder, device="cpu", max_total_tokens=512, progress=False)
+    return ModelRunner(detect(folder), device="cpu", max_total_tokens=512, progress=False)
 
 
 @pytest.fixture(scope="module")
 def fast(folder) -> FastActionTokenizer:
-    return FastActionTokenizer.from_folder(folder, load_tokenizer(folder))
+    return FastActionTokenizer.from_folder(folder, family_tokenizer(folder))
 
 
 def _pixels() -> torch.Tensor:
@@ -68,7 +69,7 @@ def _greedy(runner, pixels, text_ids, tail, shift, fast, max_new) -> ref.Greedy:
 
 @pytest.mark.parametrize("convention", ["lerobot", "openpi"])
 def test_greedy_and_logits_equal_transformers(runner, fast, folder, convention):
-    tokenizer, model = load_tokenizer(folder), ref.hf_paligemma(folder)
+    tokenizer, model = family_tokenizer(folder), ref.hf_paligemma(folder)
     tail = len(tokenizer("Action: ", add_special_tokens=False)["input_ids"])
     shift = 1 if convention == "openpi" else 0
     allowed = list(fast.fast_ids()) + list(fast.end_ids + fast.eos_ids)
@@ -85,9 +86,13 @@ def test_greedy_and_logits_equal_transformers(runner, fast, folder, convention):
 def test_triton_backend_equals_transformers(folder, fast):
     pytest.importorskip("triton")
     runner = ModelRunner(
-        folder, device="cpu", max_total_tokens=256, attention_backend="triton", progress=False
+        detect(folder),
+        device="cpu",
+        max_total_tokens=256,
+        attention_backend="triton",
+        progress=False,
     )
-    tokenizer, model = load_tokenizer(folder), ref.hf_paligemma(folder)
+    tokenizer, model = family_tokenizer(folder), ref.hf_paligemma(folder)
     ids = ref.prompt_ids(tokenizer, "stack the cup", fast.state_bins([0, 1, 0, 3]), "lerobot")
     tail = len(tokenizer("Action: ", add_special_tokens=False)["input_ids"])
     allowed = list(fast.fast_ids()) + list(fast.end_ids + fast.eos_ids)
@@ -99,7 +104,7 @@ def test_triton_backend_equals_transformers(folder, fast):
 
 def test_the_last_prompt_token_changes_the_image_tokens_kv(runner, folder):
     """Why a partial radix match of a prefix-LM prompt is never reused."""
-    tokenizer = load_tokenizer(folder)
+    tokenizer = family_tokenizer(folder)
     ids = tokenizer("Task: pick up the red block, State: 1 2 3 4;\n")["input_ids"]
     other = [*ids[:-1], tokenizer("Task: open", add_special_tokens=False)["input_ids"][-1]]
     assert other != ids
@@ -118,8 +123,9 @@ def test_the_last_prompt_token_changes_the_image_tokens_kv(runner, folder):
 
 
 def test_the_prefixed_layout_loads_and_computes_the_same(runner, folder):
-    prefixed = ModelRunner(pi0fast_model_path("prefixed"), device="cpu", max_total_tokens=128,
-                           progress=False)  # fmt: skip
+    prefixed = ModelRunner(
+        detect(pi0fast_model_path("prefixed")), device="cpu", max_total_tokens=128, progress=False
+    )
     for mine, theirs in zip(runner.model.parameters(), prefixed.model.parameters(), strict=True):
         assert torch.equal(mine, theirs)
     for mine, theirs in zip(runner.vision.parameters(), prefixed.vision.parameters(), strict=True):
@@ -139,4 +145,4 @@ def test_a_foreign_or_missing_tensor_fails_the_load(folder, tmp_path, change):
         named = "missing tensor.*layers.1.mlp.down_proj"
     save_file(tensors, str(copy / "model.safetensors"))
     with pytest.raises(WeightLoadError, match=named):
-        ModelRunner(copy, device="cpu", max_total_tokens=64, progress=False)
+        ModelRunner(detect(copy), device="cpu", max_total_tokens=64, progress=False)

@@ -26,20 +26,20 @@ def item(**kw: object) -> GenerateItem:
 
 def test_a_robot_request_that_names_none_gets_the_nodes():
     it = item(images=["frame"])
-    SessionRegistry(NODE).apply(it, robot=True)
+    it = SessionRegistry(NODE).apply(it, robot=True)
     assert (it.num_actions, it.unnorm_key, it.deadline_ms) == (4, "demo_arm", 150.0)
 
 
 def test_named_fields_are_kept():
     it = item(images=["frame"], num_actions=1, unnorm_key="aloha_left", deadline_ms=50.0)
-    SessionRegistry(NODE).apply(it, robot=True)
+    it = SessionRegistry(NODE).apply(it, robot=True)
     assert (it.num_actions, it.unnorm_key, it.deadline_ms) == (1, "aloha_left", 50.0)
 
 
 @pytest.mark.parametrize("robot,images", [(False, ["frame"]), (True, [])])
 def test_chat_health_and_text_only_requests_stay_language_requests(robot, images):
     it = item(images=images)
-    SessionRegistry(NODE).apply(it, robot=robot)
+    it = SessionRegistry(NODE).apply(it, robot=robot)
     assert (it.num_actions, it.unnorm_key, it.deadline_ms) == (None, None, None)
 
 
@@ -47,7 +47,7 @@ def test_the_sessions_defaults_come_before_the_nodes():
     reg = SessionRegistry(NODE)
     reg.add(OpenSessionBody(session_id="s", unnorm_key="aloha_left", deadline_ms=80.0))
     it = item(images=["frame"], session_id="s")
-    reg.apply(it, robot=True)
+    it = reg.apply(it, robot=True)
     assert (it.num_actions, it.unnorm_key, it.deadline_ms) == (4, "aloha_left", 80.0)
     with pytest.raises(RequestError):
         reg.apply(item(images=["frame"], session_params=SessionParams(id="gone")), robot=True)
@@ -56,7 +56,23 @@ def test_the_sessions_defaults_come_before_the_nodes():
 def test_flags_reach_the_front_end_and_bad_values_stop_the_node():
     args = ServerArgs(model_path="m", default_num_actions=3, default_unnorm_key="k")
     cfg = args.configs().frontend
-    assert NodeRobotDefaults.from_config(cfg) == NodeRobotDefaults(3, "k", None)
+    assert NodeRobotDefaults.from_config(cfg) == NodeRobotDefaults(3, "k", None, 0)
     for bad in ({"default_num_actions": 0}, {"default_deadline_ms": 0.0}):
         with pytest.raises(ValueError, match="--default-"):
             NodeRobotDefaults.from_config(dataclasses.replace(cfg, **bad))
+
+
+def test_the_default_priority_applies_only_to_requests_without_one():
+    """One default priority, resolved here (the scheduler takes the wire's as it is)."""
+    reg = SessionRegistry(NodeRobotDefaults(priority=5))
+    assert reg.apply(item(priority=0)).priority == 0
+    assert reg.apply(item()).priority == 5
+    assert reg.apply(item(images=["frame"]), robot=True).priority == 5
+
+
+def test_the_item_is_not_changed_in_place():
+    it = item(images=["frame"])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        it.num_actions = 2  # type: ignore[misc]
+    filled = SessionRegistry(NODE).apply(it, robot=True)
+    assert it.num_actions is None and filled.num_actions == 4

@@ -10,6 +10,7 @@ import torch
 
 from tests.support.sched_fakes import EOS, VOCAB, Harness, greedy, reference
 from vla_server.model.sampling import SamplingParams
+from vla_server.policies.base import Tokens
 
 BASE = list(range(10, 60))
 PROMPTS = {
@@ -179,7 +180,7 @@ def test_sched_radix_cache_reuses_a_finished_requests_prefix():
 def test_sched_action_requests_sample_only_action_tokens():
     mask = torch.zeros(VOCAB, dtype=torch.bool)
     mask[VOCAB - 8 :] = True
-    h = Harness(action_mask=mask)
+    h = Harness(head=Tokens(mask))
     h.submit("act", PROMPTS["mid"], 14, num_actions=2)
     h.submit("text", PROMPTS["mid"], 14)
     h.run()

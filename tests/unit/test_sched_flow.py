@@ -13,9 +13,9 @@ import torch
 
 from tests.support.sched_fakes import BOS, Harness, greedy, prompt_hash, prompt_velocity
 from vla_server.io_struct import Tensor
-from vla_server.scheduler.denoise_state import FlowSpec
+from vla_server.policies.base import Denoise
 
-SPEC = FlowSpec(chunk_size=5, max_action_dim=6, num_steps=10)
+SPEC = Denoise(chunk_size=5, width=6, num_steps=10)
 PROMPTS = {f"r{i}": [BOS, *range(3 + i, 20 + 2 * i)] for i in range(4)}
 # As the expert sees them: float32, as transformers' PI0 passes them.
 TIMES = [float(np.float32(t)) for t in (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)]
@@ -39,13 +39,13 @@ def _times(h: Harness, ids: list[int]) -> list[float]:
 
 @pytest.mark.parametrize("threaded", [False, True])
 def test_a_stub_velocity_gives_noise_minus_c_at_times_one_to_a_tenth(threaded):
-    h = Harness(prefix_lm=True, flow=SPEC, threaded=threaded)
+    h = Harness(prefix_lm=True, head=SPEC, threaded=threaded)
     try:
         _submit(h, "r0", seed=7)
         h.run()
         res = h.out["r0"]
         c = prompt_velocity(prompt_hash(PROMPTS["r0"]))
-        assert res.finish_type == "length" and res.ids == [] and res.action_chunks_sent == 1
+        assert res.finish_type == "actions" and res.ids == [] and res.action_chunks_sent == 1
         np.testing.assert_allclose(res.action_chunk, _noise(7) - c, atol=1e-6)
         assert _times(h, PROMPTS["r0"]) == TIMES
         # The prompt was prefilled once and nothing was sampled from it.
@@ -60,11 +60,11 @@ def test_a_stub_velocity_gives_noise_minus_c_at_times_one_to_a_tenth(threaded):
 def test_four_robots_denoise_in_shared_passes_and_get_their_own_chunks():
     alone = {}
     for rid in PROMPTS:
-        h = Harness(prefix_lm=True, flow=SPEC)
+        h = Harness(prefix_lm=True, head=SPEC)
         _submit(h, rid, seed=int(rid[1]) + 10)
         h.run()
         alone[rid] = h.out[rid].action_chunk
-    h = Harness(prefix_lm=True, flow=SPEC)
+    h = Harness(prefix_lm=True, head=SPEC)
     for rid in PROMPTS:
         _submit(h, rid, seed=int(rid[1]) + 10)
         h.step()  # staggered: the robots are at different steps in the shared passes
@@ -80,7 +80,7 @@ def test_four_robots_denoise_in_shared_passes_and_get_their_own_chunks():
 
 
 def test_the_prompt_stays_cached_and_a_repeat_reuses_all_of_it():
-    h = Harness(prefix_lm=True, flow=SPEC)
+    h = Harness(prefix_lm=True, head=SPEC)
     _submit(h, "r1", seed=3)
     h.run()
     # Only the prompt's K/V stay in the pool (as an evictable cached prefix).
@@ -95,16 +95,16 @@ def test_the_prompt_stays_cached_and_a_repeat_reuses_all_of_it():
 
 
 def test_pi0_state_reaches_the_expert():
-    h = Harness(prefix_lm=True, flow=SPEC)
+    h = Harness(prefix_lm=True, head=SPEC)
     state = np.array([0.25, -0.5, 1.0], dtype=np.float32)
-    _submit(h, "r2", seed=1, action_state=Tensor.from_numpy(state))
+    _submit(h, "r2", seed=1, state=Tensor.from_numpy(state))
     h.run()
     c = prompt_velocity(prompt_hash(PROMPTS["r2"])) + float(state.sum())
     np.testing.assert_allclose(h.out["r2"].action_chunk, _noise(1) - c, atol=1e-6)
 
 
 def test_an_abort_while_denoising_sends_no_chunk_and_frees_everything():
-    h = Harness(prefix_lm=True, flow=SPEC)
+    h = Harness(prefix_lm=True, head=SPEC)
     _submit(h, "r0", seed=1)
     h.run_until(lambda: len(_times(h, PROMPTS["r0"])) >= 3, "three passes")
     h.abort("r0")
@@ -114,7 +114,7 @@ def test_an_abort_while_denoising_sends_no_chunk_and_frees_everything():
 
 
 def test_a_retracted_robot_restarts_from_its_noise():
-    h = Harness(prefix_lm=True, flow=SPEC, enable_priority_scheduling=True, max_running_requests=1)
+    h = Harness(prefix_lm=True, head=SPEC, enable_priority_scheduling=True, max_running_requests=1)
     _submit(h, "r0", seed=5, priority=0)
     h.run_until(lambda: len(_times(h, PROMPTS["r0"])) >= 4, "four passes")
     _submit(h, "vip", seed=6, ids=PROMPTS["r3"], priority=100)  # takes r0's only slot
@@ -127,7 +127,7 @@ def test_a_retracted_robot_restarts_from_its_noise():
 
 
 def test_a_robot_that_cannot_finish_denoising_in_time_ends_at_its_deadline():
-    h = Harness(prefix_lm=True, flow=SPEC)
+    h = Harness(prefix_lm=True, head=SPEC)
     _submit(h, "r0", seed=2)
     h.run()  # teaches the node what a denoising pass costs
     _submit(h, "late", seed=2, ids=PROMPTS["r1"], deadline=h.clock.time() + 0.05)
@@ -140,7 +140,7 @@ def test_a_robot_that_cannot_finish_denoising_in_time_ends_at_its_deadline():
 def test_a_robots_newer_frame_supersedes_its_waiting_one():
     """The node is busy (one slot, held by another robot's denoising); a robot's second frame
     ends its first, still waiting, and only the newest frame's chunk is denoised."""
-    h = Harness(prefix_lm=True, flow=SPEC, max_running_requests=1)
+    h = Harness(prefix_lm=True, head=SPEC, max_running_requests=1)
     _submit(h, "r0", seed=1)
     h.step()
     _submit(h, "r1", seed=2, session_id="arm", supersede=True)

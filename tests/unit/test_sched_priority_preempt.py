@@ -123,16 +123,6 @@ def test_sched_queue_order_is_priority_then_arrival(low_first):
     assert order == (["a", "d", "e", "b", "c"] if low_first else ["b", "c", "e", "a", "d"])
 
 
-def test_sched_default_priority_applies_only_to_requests_without_one():
-    h = Harness(enable_priority_scheduling=True, default_priority_value=5, max_running_requests=1)
-    h.submit("busy", [5, 6], 10)
-    h.step()
-    h.submit("explicit-0", [8, 9], 3, priority=0, stream=True)
-    h.submit("default", [8, 10], 3, stream=True)
-    h.run()
-    assert first(h, "default") < first(h, "explicit-0")
-
-
 def test_sched_max_queued_requests_rejects_by_priority():
     """Queue bound 4, smaller values first: a worse or equal newcomer gets a 503 (the queued
     request stays); a better one evicts the worst queued request, which ends with a 503."""

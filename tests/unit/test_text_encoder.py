@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+from tests.support.families import family_tokenizer
 from vla_server.frontend.text_encoder import INLINE_CHARS, PromptIdCache, TextEncoder
-from vla_server.model.tokenizer import load_tokenizer
 from vla_server.policies.llava.demo import demo_model_path
 
 PROMPTS = [
@@ -25,7 +25,7 @@ def _encode_all(encoder: TextEncoder, texts: list[str]) -> list[list[int]]:
 
 
 def test_cached_ids_are_the_tokenizers():
-    tokenizer = load_tokenizer(demo_model_path())
+    tokenizer = family_tokenizer(demo_model_path())
     encoder = TextEncoder(tokenizer, context_len=2048)
     first = _encode_all(encoder, PROMPTS)
     again = _encode_all(encoder, PROMPTS)  # every one from the cache now
@@ -35,7 +35,7 @@ def test_cached_ids_are_the_tokenizers():
 
 
 def test_callers_get_a_list_of_their_own():
-    encoder = TextEncoder(load_tokenizer(demo_model_path()), context_len=2048)
+    encoder = TextEncoder(family_tokenizer(demo_model_path()), context_len=2048)
     ids = _encode_all(encoder, PROMPTS[:1])[0]
     expected = list(ids)
     ids.append(7)  # a caller extends its prompt (an action suffix, image positions)
@@ -46,7 +46,7 @@ def test_callers_get_a_list_of_their_own():
 
 
 def test_long_texts_are_not_kept():
-    encoder = TextEncoder(load_tokenizer(demo_model_path()), context_len=2048)
+    encoder = TextEncoder(family_tokenizer(demo_model_path()), context_len=2048)
     text = "pick " * (INLINE_CHARS // 5 + 1)
     assert _encode_all(encoder, [text]) == [encoder.tokenizer(text)["input_ids"]]
     assert len(encoder.prompt_cache) == 0
