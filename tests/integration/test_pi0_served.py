@@ -42,6 +42,7 @@ CASES = list(itertools.product(range(3), range(2), range(2)))
 
 pi0_server = module_server(lambda: pi0_model_path("pi0", "bare"))
 pi05_server = module_server(lambda: pi0_model_path("pi05", "openpi"))
+pi0_openpi_server = module_server(lambda: pi0_model_path("pi0", "openpi"))
 
 
 def _body(c: int, i: int, s: int, seed: int) -> dict:
@@ -92,8 +93,8 @@ def pi0_oracle() -> list[np.ndarray]:
     st, act = _lerobot_stats(folder, "observation.state"), _lerobot_stats(folder, "action")
     out = []
     for n, (c, i, s) in enumerate(CASES):
-        task = INSTRUCTIONS[i].strip().replace("_", " ")
-        ids = tokenizer(task + "\n")["input_ids"]
+        # LeRobot 0.6.1's pi0 prompt: the task as given (no strip, "_" kept), then "\n".
+        ids = tokenizer(INSTRUCTIONS[i] + "\n")["input_ids"]
         pixels, present = _pixels(c)
         state = torch.zeros(MAX_DIM)
         state[:4] = torch.tensor((np.asarray(STATES[s]) - st["mean"]) / (st["std"] + 1e-8))
@@ -108,8 +109,21 @@ def test_pi0_actions_equal_transformers_pi0(pi0_server, pi0_oracle):
     for n, case in enumerate(CASES):
         out = _post(pi0_server, _body(*case, seed=100 + n))
         assert out["num_actions"] == CHUNK and out["action_dim"] == ACTION_DIM
-        assert out["finish_reason"] == "length" and out["usage"]["completion_tokens"] == 0
+        assert out["finish_reason"] == "actions" and out["usage"]["completion_tokens"] == 0
         np.testing.assert_allclose(np.asarray(out["actions"]), pi0_oracle[n], rtol=0, atol=1e-4)
+
+
+def test_only_the_openpi_layout_cleans_the_pi0_task(pi0_server, pi0_openpi_server):
+    """openpi cleans a task ("_" to spaces, stripped) for pi0 as well; LeRobot's pi0 keeps it
+    as given, so on a LeRobot folder the two spellings are two prompts."""
+    as_given = {**_body(0, 0, 0, seed=3), "instruction": " pick_up the red_cube"}
+    cleaned = {**as_given, "instruction": "pick up the red cube"}
+    openpi = [_post(pi0_openpi_server, b) for b in (as_given, cleaned)]
+    assert openpi[0]["usage"]["prompt_tokens"] == openpi[1]["usage"]["prompt_tokens"]
+    assert openpi[0]["actions"] == openpi[1]["actions"]
+    lerobot = [_post(pi0_server, b) for b in (as_given, cleaned)]
+    assert lerobot[0]["usage"]["prompt_tokens"] != lerobot[1]["usage"]["prompt_tokens"]
+    assert lerobot[0]["actions"] != lerobot[1]["actions"]
 
 
 def test_design_counters_and_the_untouched_pool(pi0_server):

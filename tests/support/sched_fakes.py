@@ -171,8 +171,8 @@ class FakeModel:
             return SampleOutput(ids, None)
         return SampleOutput(ids, compute_logprobs(logits, ids, top_logprobs_nums))
 
-    def update_weights_from_disk(self, model_path: str) -> None:
-        self.salt = salt_of(model_path)
+    def update_weights(self, parts: FakeParts) -> None:
+        self.salt = salt_of(parts.folder)
 
     def denoise(
         self,
@@ -193,12 +193,19 @@ class FakeModel:
         return v
 
 
+@dataclass(frozen=True)
+class FakeParts:
+    """A folder's model parts, as far as the fake model reads them."""
+
+    folder: str
+
+
 class FakeRunner(BatchRunner):
     """The real BatchRunner on the fake model, with a fixed forward time (plus `token_s` per
     token of the batch: a CPU-like cost; 0, as on a GPU at small batches, by default)."""
 
     def __init__(self, model: FakeModel, step_s: float = STEP_S, token_s: float = 0.0):
-        super().__init__(model, seed=0)  # type: ignore[arg-type]
+        super().__init__(model, seed=0, parts_for=FakeParts)  # type: ignore[arg-type]
         self.step_s = step_s
         self.token_s = token_s
         self.batches: list[ScheduledBatch] = []  # every batch run, in order

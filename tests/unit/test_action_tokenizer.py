@@ -284,26 +284,32 @@ def test_openvla_config_keys_must_agree_on_the_dimension(tmp_path: Path):
 
 
 def test_a_failed_action_stream_stays_failed_until_the_request_finishes(tmp_path: Path):
-    from vla_server.policies.bin_actions.detokenizer import ActionDetokenizer
+    from vla_server.io_struct import FinishLength
+    from vla_server.policies.base import ActionOutput
+    from vla_server.policies.bin_actions.detokenizer import BinActionDecoder
+
+    def step(rid: str, ids: list[int], key: str, finished: bool):
+        end = FinishLength(len(ids)) if finished else None
+        return detok.step(ActionOutput(rid, ids, end, key, 0, False, None))
 
     q01 = list(Q01)
     q01[2] = math.nan
     write_openvla_config(tmp_path, {"broken": stats(q01=q01), "fine": stats()})
     tok = ActionTokenizer.from_folder(tmp_path, BASE_VOCAB)
     assert tok is not None
-    detok = ActionDetokenizer(tok)
+    detok = BinActionDecoder(tok)
     ids = list(range(tok.first, tok.first + 7))
-    ok = detok.step("a", ids[:3], "fine", finished=False)
+    ok = step("a", ids[:3], "fine", False)
     assert (ok.actions, ok.count, ok.error) == ([], 0, None)
-    ok = detok.step("a", ids[3:] + ids[:2], "fine", finished=True)
+    ok = step("a", ids[3:] + ids[:2], "fine", True)
     assert ok.count == 1 and ok.error is None and "a" not in detok.states
-    first = detok.step("b", ids[:4], "broken", finished=False)
-    failed = detok.step("b", ids[4:] + ids[:3], "broken", finished=False)
+    first = step("b", ids[:4], "broken", False)
+    failed = step("b", ids[4:] + ids[:3], "broken", False)
     assert first.error is None
     assert failed.actions == [] and failed.count == 0
     assert failed.error is not None and "'broken'" in failed.error and "dims [2]" in failed.error
     # Tokens sent before the abort lands: not decoded (from a wrong offset), still the error.
-    later = detok.step("b", ids[3:], "broken", finished=False)
+    later = step("b", ids[3:], "broken", False)
     assert (later.actions, later.count, later.error) == ([], 0, failed.error)
-    end = detok.step("b", [], "broken", finished=True)
+    end = step("b", [], "broken", True)
     assert end.error == failed.error and detok.states == {}

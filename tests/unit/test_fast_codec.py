@@ -10,12 +10,14 @@ from scipy.fft import dct, idct
 from tests.support import pi0fast_reference as ref
 from tests.support.families import family_tokenizer
 from vla_server.io_struct import FinishLength, FinishStop, abort
+from vla_server.policies.base import ActionOutput
 from vla_server.policies.pi0fast.detokenizer import FastActionDetokenizer
 from vla_server.policies.pi0fast.fast_actions import FastActionTokenizer
 from vla_server.policies.pi0fast.fast_codec import FastDecodeError, to_fast_tokens
 from vla_server.policies.pi0fast.tiny import STATE_STATS, pi0fast_model_path
 from vla_server.policies.pi0fast.tiny_tokenizers import synthetic_chunks
 from vla_server.policies.pi_common.lerobot_normalizer import FeatureNormalizer
+from vla_server.policies.registry import detect
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +27,11 @@ def folder() -> str:
 
 @pytest.fixture(scope="module")
 def fast(folder) -> FastActionTokenizer:
-    return FastActionTokenizer.from_folder(folder, family_tokenizer(folder))
+    return detect(folder).actions(family_tokenizer(folder))
+
+
+def _out(rid: str, ids: list[int], end, count: int, relaxed: bool = False) -> ActionOutput:
+    return ActionOutput(rid, ids, end, None, count, relaxed, None)
 
 
 def chunks(n: int = 40) -> np.ndarray:
@@ -82,26 +88,30 @@ def test_malformed_sequences_are_errors_strictly_and_padded_or_cut_relaxed(fast,
 def test_the_detokenizer_emits_one_chunk_when_the_end_token_arrives(fast):
     detok = FastActionDetokenizer(fast)
     ids = _pg(fast, chunks(1)[0])
-    first = detok.step("a", ids[:3], None, 4, False)
+    first = detok.step(_out("a", ids[:3], None, 4))
     assert first.actions == [] and first.error is None
-    done = detok.step("a", [*ids[3:], fast.end_ids[0]], None, 4, False)
+    done = detok.step(_out("a", [*ids[3:], fast.end_ids[0]], None, 4))
     np.testing.assert_allclose(done.actions, fast.decode_chunk(ids, relaxed=False), atol=1e-7)
     assert done.count == 4
-    end = detok.step("a", [], FinishStop(fast.end_ids[0]), 4, False)
+    end = detok.step(_out("a", [], FinishStop(fast.end_ids[0]), 4))
     assert end.actions == [] and end.error is None  # the chunk went out once
     # A request that asked for 2 actions gets the chunk's first 2, at EOS as well.
-    two = detok.step("b", [*ids, fast.eos_ids[0]], FinishStop(fast.eos_ids[0]), 2, False)
+    two = detok.step(
+        ActionOutput(
+            "b", [*ids, fast.eos_ids[0]], FinishStop(fast.eos_ids[0]), None, 2, False, None
+        )
+    )
     np.testing.assert_allclose(two.actions, done.actions[:2], atol=0)
 
 
 def test_the_detokenizer_reports_a_malformed_chunk_and_decodes_nothing_aborted(fast):
     detok = FastActionDetokenizer(fast)
     ids = _pg(fast, chunks(1)[0])
-    failed = detok.step("a", ids[:-1], FinishLength(len(ids) - 1), 4, False)
+    failed = detok.step(_out("a", ids[:-1], FinishLength(len(ids) - 1), 4))
     assert failed.actions == [] and "coefficients" in failed.error
-    relaxed = detok.step("b", ids[:-1], FinishLength(len(ids) - 1), 4, True)
+    relaxed = detok.step(_out("b", ids[:-1], FinishLength(len(ids) - 1), 4, relaxed=True))
     assert len(relaxed.actions) == 4 and relaxed.error is None
-    aborted = detok.step("c", ids, abort(), 4, False)
+    aborted = detok.step(_out("c", ids, abort(), 4))
     assert aborted.actions == [] and aborted.error is None
 
 

@@ -25,14 +25,18 @@ def _state_stats(folder) -> dict[str, np.ndarray]:
     return {k[len(prefix) :]: v for k, v in flat.items() if k.startswith(prefix)}
 
 
+@pytest.mark.parametrize("convention", ["lerobot", "openpi"])
 @pytest.mark.parametrize("kind", ["pi0", "pi05"])
-def test_prompt_bytes(kind):
+def test_prompt_bytes(kind, convention):
     folder = pi0_model_path(kind, "bare")
     policy, tokenizer = detect(folder).policy(), family_tokenizer(folder)
     state = [-3.0, 1.0, 0.25, 9.0]  # the first below the statistics' range, the last above
-    text = flow_prompt_text(policy, "  Open the top_drawer\n", state)
+    instruction = "  Open the top_drawer\n"
+    text = flow_prompt_text(policy, instruction, state, convention)
     if kind == "pi0":
-        assert text == "Open the top drawer\n"
+        # LeRobot 0.6.1's pi0 processor appends "\n" to the task as given; openpi cleans it.
+        cleaned = "Open the top drawer"
+        assert text == (instruction if convention == "lerobot" else cleaned) + "\n"
     else:
         stats = _state_stats(folder)
         normed = (np.asarray(state, np.float32) - stats["q01"]) / (stats["q99"] - stats["q01"])
@@ -41,7 +45,8 @@ def test_prompt_bytes(kind):
         assert text == f"Task: Open the top drawer, State: {' '.join(map(str, bins))};\nAction: "
     ids = tokenizer(text)["input_ids"]
     assert ids[0] == tokenizer.bos_token_id
-    assert tokenizer.decode(ids[1:]) == text
+    if "_" not in text:  # the tiny vocabulary has no "_" (it reads as <unk>)
+        assert tokenizer.decode(ids[1:]) == text
 
 
 def test_pi0_state_vector_is_mean_std_normalised_and_zero_padded():

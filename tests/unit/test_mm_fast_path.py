@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from tests.support.images import encode, random_rgb, smooth_rgb
-from tests.support.preprocessors import Preprocessor, apply_preprocessor
+from tests.support.preprocessors import Preprocessor, apply_preprocessor, as_preprocessor
 from tests.unit.test_prismatic_preprocess import DINO, SIGLIP, published
 from vla_server.multimodal.image_hash import format_mm_hash, image_hash
 from vla_server.multimodal.image_input import MediaPolicy, load_frame, load_image
@@ -121,7 +121,7 @@ def exif_rotated(pixels: np.ndarray) -> bytes:
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_decoded_frames_preprocess_as_their_pixel_arrays(name):
     cfg = CONFIGS[name]
-    pipeline = ImagePipeline(MediaPolicy(), cfg)
+    pipeline = ImagePipeline(MediaPolicy(), as_preprocessor(cfg))
     for index, (height, width) in enumerate(SIZES):
         pixels = random_rgb(height, width, seed=index) if index % 2 else smooth_rgb(height, width)
         for form, data in encoded_forms(pixels).items():

@@ -19,7 +19,7 @@ import pytest
 import xxhash
 
 from tests.support.images import encode, random_rgb, smooth_rgb
-from tests.support.preprocessors import apply_preprocessor
+from tests.support.preprocessors import apply_preprocessor, as_preprocessor
 from tests.support.torchvision_backend import torchvision_backend
 from tests.unit.test_mm_fast_path import CONFIGS, LLAVA, SIZES
 from vla_server.bench.multimodal import camera_frames
@@ -143,7 +143,7 @@ def test_pil_digest_is_unchanged_and_the_backends_never_share_a_hash():
 @pytest.mark.parametrize("name", ["siglip-224-bicubic", "openvla-fused"])
 def test_torch_pipeline_hashes_and_preprocesses_the_decoded_array(name):
     cfg = on_torch(CONFIGS[name])
-    pipeline = ImagePipeline(MediaPolicy(), cfg)
+    pipeline = ImagePipeline(MediaPolicy(), as_preprocessor(cfg))
     assert pipeline.reads_arrays
     for index, pixels in frames():
         data = encode(pixels, "JPEG", quality=90)

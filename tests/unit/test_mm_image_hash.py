@@ -12,6 +12,7 @@ import torch
 import xxhash
 
 from tests.support.images import encode, random_rgb
+from tests.support.preprocessors import as_preprocessor
 from vla_server.multimodal.image_errors import ImageInputError
 from vla_server.multimodal.image_hash import (
     format_mm_hash,
@@ -75,7 +76,7 @@ def test_same_pixels_through_every_form_give_one_hash():
     raw = {"shape": [20, 30, 3], "dtype": "uint8", "data": base64.b64encode(pixels.tobytes())}
     raw["data"] = raw["data"].decode()
     forms = [png, text, f"data:image/png;base64,{text}", raw, pixels]
-    results = ImagePipeline(MediaPolicy(), SIGLIP).process(forms)
+    results = ImagePipeline(MediaPolicy(), as_preprocessor(SIGLIP)).process(forms)
     expected = documented_hash(pixels, SIGLIP.digest())
     assert [r.hash128 for r in results] == [expected] * len(forms)
     assert not any(r.caller_hash for r in results)
@@ -85,7 +86,7 @@ def test_same_pixels_through_every_form_give_one_hash():
 
 
 def test_caller_hashes_are_used_as_given_and_validated():
-    pipeline = ImagePipeline(MediaPolicy(), SIGLIP)
+    pipeline = ImagePipeline(MediaPolicy(), as_preprocessor(SIGLIP))
     images = [random_rgb(4, 4, 1), random_rgb(4, 4, 2)]
     given = ["00000000000000000000000000000001", "ABCDEF0123456789abcdef0123456789"]
     results = pipeline.process(images, given)

@@ -12,6 +12,7 @@ import pytest
 from PIL import Image
 
 from tests.support.images import png_base64, random_rgb
+from tests.support.preprocessors import as_preprocessor
 from vla_server.multimodal import image_pipeline
 from vla_server.multimodal.image_errors import ImageInputError
 from vla_server.multimodal.image_hash import format_mm_hash
@@ -49,8 +50,8 @@ def test_least_recently_used_goes_first_within_the_byte_budget():
 
 
 def test_repeated_frame_gets_the_cached_pixels_equal_to_fresh_ones():
-    cached = ImagePipeline(MediaPolicy(), SIGLIP, PixelCache(10 * ENTRY))
-    fresh = ImagePipeline(MediaPolicy(), SIGLIP)
+    cached = ImagePipeline(MediaPolicy(), as_preprocessor(SIGLIP), PixelCache(10 * ENTRY))
+    fresh = ImagePipeline(MediaPolicy(), as_preprocessor(SIGLIP))
     frames = [png_base64(random_rgb(48, 64, seed=s)) for s in (1, 2)]
     first = cached.process([frames[0]])[0]
     again = cached.process([frames[0]])[0]
@@ -64,7 +65,7 @@ def test_repeated_frame_gets_the_cached_pixels_equal_to_fresh_ones():
 
 
 def test_a_caller_hash_names_the_cached_pixels_but_the_bytes_are_still_checked():
-    pipeline = ImagePipeline(MediaPolicy(), SIGLIP, PixelCache(10 * ENTRY))
+    pipeline = ImagePipeline(MediaPolicy(), as_preprocessor(SIGLIP), PixelCache(10 * ENTRY))
     frame = png_base64(random_rgb(40, 40, seed=3))
     mm_hash = format_mm_hash(0x1234)
     first = pipeline.process([frame], [mm_hash])[0]
@@ -77,7 +78,7 @@ def test_a_caller_hash_names_the_cached_pixels_but_the_bytes_are_still_checked()
 
 
 def test_the_same_encoded_bytes_skip_the_decode_other_bytes_do_not(monkeypatch):
-    pipeline = ImagePipeline(MediaPolicy(), SIGLIP, PixelCache(10 * ENTRY))
+    pipeline = ImagePipeline(MediaPolicy(), as_preprocessor(SIGLIP), PixelCache(10 * ENTRY))
     picture = random_rgb(48, 64, seed=5)
     frame = png_base64(picture)
     first = pipeline.process([frame])[0]
@@ -103,7 +104,9 @@ def test_the_same_encoded_bytes_skip_the_decode_other_bytes_do_not(monkeypatch):
 
 
 def test_known_bytes_whose_pixels_were_evicted_are_decoded_again():
-    pipeline = ImagePipeline(MediaPolicy(), SIGLIP, PixelCache(ENTRY))  # room for one frame
+    pipeline = ImagePipeline(
+        MediaPolicy(), as_preprocessor(SIGLIP), PixelCache(ENTRY)
+    )  # room for one frame
     frames = [png_base64(random_rgb(32, 32, seed=s)) for s in (6, 7)]
     first = pipeline.process([frames[0]])[0]
     pipeline.process([frames[1]])  # evicts the first frame's pixels
@@ -114,8 +117,8 @@ def test_known_bytes_whose_pixels_were_evicted_are_decoded_again():
 
 
 def test_bytes_sent_under_a_caller_hash_never_name_pixels_for_a_request_without_one():
-    pipeline = ImagePipeline(MediaPolicy(), SIGLIP, PixelCache(10 * ENTRY))
-    fresh = ImagePipeline(MediaPolicy(), SIGLIP)
+    pipeline = ImagePipeline(MediaPolicy(), as_preprocessor(SIGLIP), PixelCache(10 * ENTRY))
+    fresh = ImagePipeline(MediaPolicy(), as_preprocessor(SIGLIP))
     first, second = (png_base64(random_rgb(40, 40, seed=s)) for s in (8, 9))
     claimed = format_mm_hash(0x5678)
     pipeline.process([first], [claimed])

@@ -54,18 +54,19 @@ def test_llama_config_fields():
     # config.json has the eos id; generation_config.json a list adding <|im_end|>.
     assert config.eos_token_ids == (tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>"))
     assert config.dtype == torch.float32
-    assert not config.is_multimodal and config.image_token_id is None
+    assert not detect(make_llama()).has_vision and config.image_token_id is None
 
 
 def test_qwen2_and_llava_config_fields():
     qwen = detect(make_qwen2()).decoder_config()
     assert qwen.decoder_type == "qwen2" and qwen.qkv_bias and not qwen.o_bias
     assert qwen.tie_word_embeddings and qwen.rope_theta == 1e6
-    llava = detect(make_llava(text="qwen2")).decoder_config()
+    family = detect(make_llava(text="qwen2"))
+    llava = family.decoder_config()
     assert llava.architecture == "LlavaForConditionalGeneration"
-    assert llava.decoder_type == "qwen2" and llava.is_multimodal
+    assert llava.decoder_type == "qwen2" and family.has_vision
     assert llava.image_token_id == make_tokenizer().convert_tokens_to_ids("<image>")
-    assert llava.vision_config["model_type"] == "clip_vision_model"
+    assert family.config["vision_config"]["model_type"] == "clip_vision_model"
 
 
 def test_explicit_head_dim_and_old_style_rope(tmp_path):
@@ -145,7 +146,7 @@ def test_bad_checkpoint_is_refused_and_weights_kept(tmp_path, edit, message):
     before = last_logits(runner, PROMPT)
     rewrite_checkpoint(good, tmp_path, edit)
     with pytest.raises(WeightLoadError, match=message):
-        runner.update_weights_from_disk(tmp_path)
+        runner.update_weights(detect(tmp_path))
     torch.testing.assert_close(last_logits(runner, PROMPT), before, atol=0, rtol=0)
     with pytest.raises(WeightLoadError, match=message):
         runner_for(tmp_path)
@@ -154,16 +155,16 @@ def test_bad_checkpoint_is_refused_and_weights_kept(tmp_path, edit, message):
 def test_update_weights_from_disk():
     runner = runner_for(make_llama())
     other = make_llama(seed=5)
-    runner.update_weights_from_disk(other)
+    runner.update_weights(detect(other))
     hf = AutoModelForCausalLM.from_pretrained(other, dtype=torch.float32).eval()
     torch.testing.assert_close(
         last_logits(runner, PROMPT), reference_logits(hf, PROMPT), atol=1e-4, rtol=1e-4
     )
     assert runner.model_path == other
     with pytest.raises(WeightLoadError, match="different architecture.*decoder_type"):
-        runner.update_weights_from_disk(make_qwen2())
+        runner.update_weights(detect(make_qwen2()))
     with pytest.raises(WeightLoadError, match="num_layers: 2 != 3"):
-        runner.update_weights_from_disk(make_llama(num_layers=3))
+        runner.update_weights(detect(make_llama(num_layers=3)))
 
 
 def test_bfloat16_runner_close_to_float32_reference():

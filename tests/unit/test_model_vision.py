@@ -262,11 +262,11 @@ def test_update_weights_from_disk_swaps_the_vision_encoder(tmp_path):
     ]
     for folder, message in bad:
         with pytest.raises(WeightLoadError, match=message):
-            runner.update_weights_from_disk(folder)
+            runner.update_weights(detect(folder))
         # Checked before anything was copied: decoder and vision weights are the old ones.
         assert torch.equal(runner.model.embed_tokens.weight, embed_before)
         assert torch.equal(torch.stack(runner.encode_images(list(pixels))), before)
-    runner.update_weights_from_disk(new)
+    runner.update_weights(detect(new))
     hf_new = LlavaForConditionalGeneration.from_pretrained(new, dtype=torch.float32).eval()
     torch.testing.assert_close(
         torch.stack(runner.encode_images(list(pixels))),

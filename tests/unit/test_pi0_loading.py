@@ -20,8 +20,9 @@ from tests.support.families import family_tokenizer
 from vla_server.model.denoise import denoise_times, euler_update
 from vla_server.model.model_runner import ModelRunner
 from vla_server.model.weight_loader import WeightLoadError
+from vla_server.policies.pi0.family import Pi0Family
 from vla_server.policies.pi0.flow_head import time_embedding, time_frequencies
-from vla_server.policies.pi0.flow_model import expert_model_config
+from vla_server.policies.pi0.flow_model import FlowModel, expert_model_config
 from vla_server.policies.pi0.tiny import (
     ACTION_DIM,
     CHUNK,
@@ -35,6 +36,7 @@ from vla_server.policies.pi_common.lerobot_config import LeRobotPolicySpec
 from vla_server.policies.pi_common.openpi_norm_stats import read_norm_stats
 from vla_server.policies.pi_common.pad_resize import PadResize
 from vla_server.policies.pi_common.paligemma_config import expert_config
+from vla_server.policies.pi_common.paligemma_vision import PaliGemmaVisionEncoder
 from vla_server.policies.registry import detect
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -56,21 +58,21 @@ def test_every_layout_loads_the_same_model(kind):
     bare = runners["bare"]
     for layout, runner in runners.items():
         config = detect(pi0_model_path(kind, layout)).decoder_config()
-        assert (config.architecture, config.prefix_lm, config.vision_format) == (
-            kind, True, "paligemma")  # fmt: skip
-        assert runner.flow is not None and runner.flow.kind == kind
-        assert runner.policy_spec == bare.policy_spec, layout
-        for part in ("model", "vision", "flow"):
+        assert (config.architecture, config.prefix_lm) == (kind, True)
+        assert isinstance(runner.vision, PaliGemmaVisionEncoder)
+        assert isinstance(runner.head, FlowModel) and runner.head.kind == kind
+        assert runner.parts.spec == bare.parts.spec, layout
+        for part in ("model", "vision", "head"):
             assert _same_parameters(getattr(runner, part), getattr(bare, part)), (layout, part)
         folder = pi0_model_path(kind, layout)
         assert family_tokenizer(folder)("pick up the cup\n")["input_ids"][0] == 2  # <bos>
         assert detect(folder).image_preprocessor("pil") == PadResize(28, 28)
-    spec = bare.policy_spec
+    spec = bare.parts.spec
     assert spec.cameras == CAMERAS and (spec.state_dim, spec.action_dim) == (STATE_DIM, ACTION_DIM)
     assert spec.chunk_size == CHUNK and spec.max_action_dim == spec.max_state_dim == 32
     mode = "MEAN_STD" if kind == "pi0" else "QUANTILES"
     assert spec.normalization_mapping == {"VISUAL": "IDENTITY", "STATE": mode, "ACTION": mode}
-    assert spec.is_flow and spec.num_inference_steps == 10
+    assert spec.policy_type in Pi0Family.config_types and spec.num_inference_steps == 10
     # The unused expert lm_head is there to be ignored.
     assert EXPERT + "lm_head.weight" in load_file(
         pi0_model_path(kind, "openpi") / "model.safetensors"
@@ -86,14 +88,14 @@ def test_every_checkpoint_tensor_lands_in_a_parameter():
     backbone = "paligemma_with_expert.paligemma."
     flow_tensors = {n: t for n, t in tensors.items() if not n.startswith(backbone)}
     flow_tensors.pop(EXPERT + "lm_head.weight")
-    params = sum(p.numel() for p in runner.flow.parameters())
+    params = sum(p.numel() for p in runner.head.parameters())
     assert params == sum(t.numel() for t in flow_tensors.values())
-    head = runner.flow.head
+    head = runner.head.head
     torch.testing.assert_close(head.time_mlp_in.weight, flow_tensors["time_mlp_in.weight"])
-    dense = runner.flow.expert.layers[1].post_attention_layernorm.dense
+    dense = runner.head.expert.layers[1].post_attention_layernorm.dense
     name = EXPERT + "model.layers.1.post_attention_layernorm.dense.bias"
     torch.testing.assert_close(dense.bias, flow_tensors[name])
-    q = runner.flow.expert.layers[0].self_attn.qkv_proj.weight[: 4 * 16]
+    q = runner.head.expert.layers[0].self_attn.qkv_proj.weight[: 4 * 16]
     torch.testing.assert_close(q, flow_tensors[EXPERT + "model.layers.0.self_attn.q_proj.weight"])
 
 
@@ -178,7 +180,8 @@ def test_type_defaults_and_the_named_expert_variants():
     assert (pi0.tokenizer_max_length, pi05.tokenizer_max_length) == (48, 200)
     assert pi0.normalization_mapping["STATE"] == pi0.normalization_mapping["ACTION"] == "MEAN_STD"
     assert pi05.normalization_mapping["ACTION"] == "QUANTILES"
-    assert pi0.is_flow and pi05.is_flow and not fast.is_flow
+    flow_types = set(Pi0Family.config_types)
+    assert {pi0.policy_type, pi05.policy_type} <= flow_types and fast.policy_type not in flow_types
     assert (pi0.num_inference_steps, pi0.min_period, pi0.max_period) == (10, 4e-3, 4.0)
     assert pi0.action_expert_variant == "gemma_300m" and pi0.dit_config is None
     real = expert_config(pi0)  # lerobot/pi0_base's expert
@@ -195,13 +198,14 @@ def test_type_defaults_and_the_named_expert_variants():
 
 def test_the_expert_config_comes_from_dit_config_and_must_pair_with_the_backbone():
     folder = pi0_model_path("pi0", "bare")
-    backbone, spec = detect(folder), detect(folder).spec
+    family = detect(folder)
+    backbone, spec = family.decoder_config(), family.spec
     expert = expert_model_config(backbone, spec)
     assert (expert.hidden_size, expert.intermediate_size) == (32, 64)
     assert (expert.num_layers, expert.num_heads, expert.head_dim) == (2, 4, 16)
     assert expert.hidden_act == "gelu_pytorch_tanh" and expert.norm_unit_offset
     deeper = LeRobotPolicySpec.from_config(
-        {**backbone.raw, "dit_config": {**dit_config(), "num_hidden_layers": 3}}
+        {**family.config, "dit_config": {**dit_config(), "num_hidden_layers": 3}}
     )
     with pytest.raises(ValueError, match="num_layers \\(3\\) must equal the backbone's \\(2\\)"):
         expert_model_config(backbone, deeper)
@@ -255,17 +259,17 @@ def test_flow_times_and_euler_steps():
 
 def test_update_weights_swaps_the_flow_half_or_nothing(tmp_path):
     runner = _runner(pi0_model_path("pi0", "bare"))
-    before = {n: t.clone() for n, t in runner.flow.state_dict().items()}
+    before = {n: t.clone() for n, t in runner.head.state_dict().items()}
     with pytest.raises(WeightLoadError, match="different architecture"):
-        runner.update_weights_from_disk(pi0_model_path("pi05", "bare"))
+        runner.update_weights(detect(pi0_model_path("pi05", "bare")))
     copy = tmp_path / "ckpt"
     shutil.copytree(pi0_model_path("pi0", "bare"), copy)
     config = json.loads((copy / "config.json").read_text())
     (copy / "config.json").write_text(json.dumps({**config, "chunk_size": CHUNK + 1}))
-    with pytest.raises(WeightLoadError, match="different flow policy: chunk_size: 4 != 5"):
-        runner.update_weights_from_disk(copy)
-    assert all(torch.equal(t, before[n]) for n, t in runner.flow.state_dict().items())
+    with pytest.raises(WeightLoadError, match="different architecture: chunk_size: 4 != 5"):
+        runner.update_weights(detect(copy))
+    assert all(torch.equal(t, before[n]) for n, t in runner.head.state_dict().items())
     other = pi0_model_path("pi0", "openpi", seed=1)
-    runner.update_weights_from_disk(other)
-    assert _same_parameters(runner.flow, _runner(other).flow)
-    assert not torch.equal(runner.flow.head.state_proj.weight, before["head.state_proj.weight"])
+    runner.update_weights(detect(other))
+    assert _same_parameters(runner.head, _runner(other).head)
+    assert not torch.equal(runner.head.head.state_proj.weight, before["head.state_proj.weight"])

@@ -247,7 +247,7 @@ def test_the_pi0_state_token_does_not_see_the_actions():
     case = CASES[0]
     request = prefill(runner, case.present_pixels, text_ids(family_tokenizer(folder), "pi0", case))
     outputs: list[torch.Tensor] = []
-    hook = runner.flow.expert.register_forward_hook(lambda _m, _i, out: outputs.append(out))
+    hook = runner.head.expert.register_forward_hook(lambda _m, _i, out: outputs.append(out))
     for seed in (1, 2):
         runner.denoise([request.row], [request.length], noise(seed), torch.tensor([0.6]),
                        case.state[None])  # fmt: skip

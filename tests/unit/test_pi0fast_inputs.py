@@ -75,4 +75,4 @@ def test_prompt_conventions(convention):
     assert text_ids + prompt.action_tail() == expected
     assert prompt.causal_tokens == len(tokenizer("Action: ", add_special_tokens=False)["input_ids"])
     assert prompt.position_shift == (1 if convention == "openpi" else 0)
-    assert Pi0FastPrompt.create(tokenizer, "auto").convention == "lerobot"
+    assert detect(pi0fast_model_path("bare")).convention("auto") == "lerobot"

@@ -38,7 +38,7 @@ def runner(folder) -> ModelRunner:
 
 @pytest.fixture(scope="module")
 def fast(folder) -> FastActionTokenizer:
-    return FastActionTokenizer.from_folder(folder, family_tokenizer(folder))
+    return detect(folder).actions(family_tokenizer(folder))
 
 
 def _pixels() -> torch.Tensor:

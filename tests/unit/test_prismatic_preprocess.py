@@ -10,11 +10,11 @@ import pytest
 from PIL import Image
 
 from tests.support.prismatic_ref.reference import pixel_values
+from vla_server.policies.openvla.family import OpenVLAFamily
 from vla_server.policies.openvla.prismatic_preprocess import (
     PrismaticPreprocess,
     prismatic_preprocess,
 )
-from vla_server.policies.registry import detect
 
 DINO = ([0.484375, 0.455078125, 0.40625], [0.228515625, 0.2236328125, 0.224609375])
 SIGLIP = ([0.5, 0.5, 0.5], [0.5, 0.5, 0.5])
@@ -82,7 +82,8 @@ def test_folder_with_a_prismatic_processor_loads_it(tmp_path):
 
     raw = published("resize-naive", [DINO, SIGLIP])
     (tmp_path / "preprocessor_config.json").write_text(json.dumps(raw))
-    assert detect(tmp_path).image_preprocessor("pil") == PrismaticPreprocess.from_dict(raw)
+    family = OpenVLAFamily(tmp_path, {"model_type": "openvla"})
+    assert family.image_preprocessor("pil") == PrismaticPreprocess.from_dict(raw)
 
 
 def test_unknown_resize_strategy_is_refused():

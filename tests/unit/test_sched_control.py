@@ -135,10 +135,10 @@ def test_sched_weight_update_flushes_the_cache():
 def test_sched_a_failing_control_call_answers(monkeypatch: pytest.MonkeyPatch):
     h = Harness()
 
-    def broken(path: str) -> None:
-        raise ValueError(f"{path} has a different architecture")
+    def broken(parts) -> None:
+        raise ValueError(f"{parts.folder} has a different architecture")
 
-    monkeypatch.setattr(h.model, "update_weights_from_disk", broken)
+    monkeypatch.setattr(h.model, "update_weights", broken)
     reply = h.control(UpdateWeightsFromDiskReq, model_path="/bad")
     assert not reply.success
     assert reply.message == "ValueError: /bad has a different architecture"

@@ -149,7 +149,7 @@ def test_sched_refuses_what_can_never_run():
     assert h.out["too-long"].finish["message"] == "prompt has 64 tokens; the context length is 64"
     assert h.out["too-big"].finish_type == "length", "max_new_tokens is cut to the context"
     assert h.out["too-big"].ids == reference(list(range(6, 50)), 20)
-    assert h.out["actions"].finish["message"] == "this model has no action tokenizer"
+    assert h.out["actions"].finish["message"] == "this model has no action head"
     small = Harness(pool=30, context_len=64)
     small.submit("pool", list(range(6, 20)), 17)
     small.submit("fits", list(range(6, 20)), 16)

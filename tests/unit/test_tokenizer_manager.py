@@ -19,7 +19,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from tests.support.tiny_checkpoints import make_tokenizer
+from tests.support.tiny_checkpoints import make_llama
 from vla_server.config import PortArgs, ServerArgs
 from vla_server.errors import RequestError
 from vla_server.frontend.generate_request import GenerateItem
@@ -29,6 +29,7 @@ from vla_server.io_struct import (
     BatchStrOutput,
     FinishLength,
     FinishReason,
+    ModelInfo,
     ReqOutputMeta,
     SchedulerStats,
     TokenizedGenerateReqInput,
@@ -48,9 +49,23 @@ class Ring:
 
     def __init__(self, tmp_path: Path):
         self.port_args = PortArgs.init_new()
-        config = ServerArgs(model_path=str(tmp_path)).configs().frontend
-        self.tm = TokenizerManager(config, self.port_args, make_tokenizer())
-        self.tm.set_model_info({"vocab_size": 512, "hidden_size": 128, "context_len": 512})
+        folder = make_llama()
+        config = ServerArgs(model_path=str(folder)).configs().frontend
+        self.tm = TokenizerManager(config, self.port_args)
+        self.tm.set_model_info(
+            ModelInfo(
+                family="llava",
+                model_path=str(folder),
+                architecture="LlamaForCausalLM",
+                context_len=512,
+                vocab_size=512,
+                hidden_size=128,
+                max_total_num_tokens=4096,
+                device="cpu",
+                dtype="float32",
+                attention_backend="torch",
+            )
+        )
         self.ctx = zmq.asyncio.Context()
         self.scheduler = zmq_socket(
             self.ctx, zmq.PULL, self.port_args.scheduler_input_ipc_name, bind=True

@@ -154,7 +154,9 @@ def _camera_images(
     flat: dict[str, Any], cfg: OpenpiConfig, policy: RobotIO
 ) -> dict[str, np.ndarray] | list[np.ndarray]:
     """The policy's cameras by name when the observation's keys end in them, else in
-    order."""
+    order; none for a policy without cameras."""
+    if not policy.cameras:
+        return []
     cameras = set(policy.cameras)
     named = {}
     for key, value in flat.items():

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from vla_server.model.config import ModelConfig, model_config
+from vla_server.model.hf_tower import VISION_PREFIXES
 from vla_server.model.parts import ModelParts, VisionEncoder
 from vla_server.model.tokenizer import load_tokenizer
 from vla_server.model.weight_loader import DecoderLayout
@@ -53,7 +54,8 @@ class PiFamily(PolicyFamily):
         )
 
     def decoder_layout(self) -> DecoderLayout:
-        return DecoderLayout(strip=POLICY_PREFIXES)
+        # PaliGemma's vision half is named as transformers names it, under the policy's prefixes.
+        return DecoderLayout(strip=POLICY_PREFIXES, skip=VISION_PREFIXES)
 
     def vision_encoder(
         self, config: ModelConfig, dtype: torch.dtype, device: torch.device
