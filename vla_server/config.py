@@ -134,8 +134,8 @@ class ServerArgs:
     )
     openpi_action_horizon: int | None = _opt(
         None,
-        "openpi policy endpoint: actions per reply by default (default: 1, or a pi0-FAST "
-        "checkpoint's whole chunk)",
+        "openpi policy endpoint: actions per reply by default (default: the policy's own, 1 or "
+        "its whole chunk)",
     )
     openpi_image_keys: list[str] = field(
         default_factory=list,
@@ -148,7 +148,7 @@ class ServerArgs:
         default_factory=list,
         metadata={
             "help": "openpi policy endpoint: observation keys whose values, concatenated, are the "
-            "robot state a pi0-FAST checkpoint needs (default: state, observation/state or "
+            "robot state a policy needs (default: state, observation/state or "
             "observation.state)"
         },
     )

@@ -81,7 +81,7 @@ class TokenizedGenerateReqInput(_Msg):
     supersede: bool = False  # cancel this session's older waiting request
     session_id: str | None = None  # the robot/episode identity (no prompt rewriting)
     session_params: SessionParams | None = None
-    # Prefix-LM models (PaliGemma): the prompt's first `prefix_lm_len` tokens are attended
+    # Prefix-LM models: the prompt's first `prefix_lm_len` tokens are attended
     # bidirectionally; the RoPE positions of the tokens after them are shifted by
     # `position_shift` (openpi's decode convention: 1). 0/0 for causal models.
     prefix_lm_len: int = 0

@@ -3,19 +3,20 @@
 Request (JSON; unknown fields are a 400):
     instruction: str                     the task, e.g. "pick up the red block"
     image_data: image | [image, ...]     one per camera, any form POST /generate accepts; for
-                | {camera: image}        pi0-FAST in the policy's camera order, or keyed by name
+                | {camera: image}        a policy with named cameras in its camera order, or
+                                         keyed by name
     unnorm_key: str                      the robot/dataset statistics (optional if the checkpoint
                                          has exactly one or the node has --default-unnorm-key)
-    num_actions: int                     action vectors to return (default 1; pi0-FAST: the
-                                         whole chunk, and at most that)
-    state: [float, ...]                  pi0-FAST: the raw robot state (normalised and
-                                         discretised into the prompt by the node)
-    relaxed_decoding: bool = false       pi0-FAST: pad/truncate a chunk of the wrong length
+    num_actions: int                     action vectors to return (default: the policy's, 1 or
+                                         its whole chunk, and at most that chunk)
+    state: [float, ...]                  the raw robot state, for a policy that reads one (the
+                                         node normalises it as the policy's family does)
+    relaxed_decoding: bool = false       a token chunk: pad/truncate a chunk of the wrong length
                                          (LeRobot) instead of failing with action_error
     mm_hashes: str | [str, ...]          optional caller image hashes (as in POST /generate)
     temperature: float = 0 (greedy), seed: int, rid: str
     return_token_ids: bool = false       also return the action tokens: each action's bin ids,
-                                         or pi0-FAST's FAST tokens (PaliGemma ids, in order)
+                                         or a token chunk's ids, in order (the family decides)
     stream: bool = false
 
 Reply: {"id", "object": "actions", "model", "unnorm_key", "action_dim", "actions": [[float]*dim],

@@ -1,4 +1,4 @@
-"""The radix-cache key of a prefix-LM prompt (PaliGemma): its bidirectional prefix as one digest.
+"""The radix-cache key of a prefix-LM prompt: its bidirectional prefix as one digest.
 
 In a prefix-LM every token of the prefix attends to every other, so the K/V of its first token
 (an image patch, say) depend on its last (the instruction's final token, the discretised state).

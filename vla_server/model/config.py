@@ -47,7 +47,7 @@ class ModelConfig:
     hidden_act: str = "silu"
     norm_unit_offset: bool = False
     embed_scale: float = 1.0
-    # PaliGemma: each request's prompt prefix is attended bidirectionally (prefix-LM); its
+    # Prefix-LM backbones: each request's prompt prefix is attended bidirectionally (prefix-LM); its
     # cached K/V are only reusable for an identical prefix.
     prefix_lm: bool = False
     # The placeholder id a prompt writes per image (None: images have no placeholder token).

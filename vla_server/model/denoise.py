@@ -1,4 +1,4 @@
-"""Flow-matching integration of an action chunk, as openpi, LeRobot and transformers' PI0
+"""Flow-matching integration of an action chunk, as openpi, LeRobot and transformers'
 sample: t = 1 is noise, t = 0 data; `num_steps` Euler steps of dt = -1/N from t = 1,
 x <- x + dt * v(x, t).
 

@@ -1,4 +1,4 @@
-"""transformers' naming of a vision-language model's vision half (LLaVA-style and PaliGemma
+"""transformers' naming of a vision-language model's vision half (LLaVA-style and prefix-LM
 checkpoints alike): the tower under `vision_tower.`, the projector under
 `multi_modal_projector.`, each optionally under `model.`; and the tower settings that decide
 its output."""

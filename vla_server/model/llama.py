@@ -1,4 +1,4 @@
-"""Llama-family decoder (Llama, Qwen2, Gemma, and the language models inside LLaVA and PaliGemma)
+"""Llama-family decoder (Llama, Qwen2, Gemma, and the language models inside LLaVA-style and prefix-LM VLAs)
 over the paged KV pool.
 
 Gemma differs in three places, read from the config: the MLP's activation (tanh-approximate

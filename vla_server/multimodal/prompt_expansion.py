@@ -34,7 +34,7 @@ def expand_image_placeholders(
 ) -> tuple[list[int], list[ImageSpan]]:
     """The expanded ids and where each image sits. A prompt without placeholders (or a model
     without a placeholder token: `image_token_id` None) gets its images at `insert_at` (LLaVA's
-    and Prismatic's convention: right after BOS); otherwise the number of placeholders must
+    and fused-tower VLAs' convention: right after BOS); otherwise the number of placeholders must
     equal the number of images."""
     positions = [i for i, t in enumerate(ids) if t == image_token_id]
     if not positions and hashes:

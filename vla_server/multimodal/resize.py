@@ -1,7 +1,7 @@
 """Resize uint8 RGB frames the way one of transformers' two image-processor backends does.
 
 * ``pil`` (the default): PIL's resize, as transformers' PIL backend (``*ImageProcessorPil``) and
-  OpenVLA's processor run it; the node's output is bit-identical to theirs.
+  the fused-tower VLAs' processor run it; the node's output is bit-identical to theirs.
 * ``torch``: torch's antialiased uint8 interpolation, the kernel transformers' default backend
   (torchvision) runs on CPU for bilinear and bicubic filters, in about a quarter of PIL's time on
   a 640x480 frame. Its tolerance against PIL: a frame shrunk to the model's input differs by at

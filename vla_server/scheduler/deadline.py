@@ -21,7 +21,7 @@ def finish_deadline(missed_by_s: float, predicted: bool) -> FinishDeadline:
 
 class StepTimer:
     """Moving averages of the decode step time, the per-token cost of prefill and the time of
-    a denoising pass (pi0 / pi0.5)."""
+    a denoising pass (an action head that integrates a chunk)."""
 
     def __init__(self) -> None:
         self.decode_step_s = 0.0

@@ -137,7 +137,7 @@ class Req:
         return w.session_id or (w.session_params.id if w.session_params is not None else None)
 
     @property
-    def prefix_lm_len(self) -> int:  # > 0: the prompt's bidirectional prefix (PaliGemma)
+    def prefix_lm_len(self) -> int:  # > 0: the prompt's bidirectional prefix (a prefix-LM backbone)
         return self.wire.prefix_lm_len
 
     @property

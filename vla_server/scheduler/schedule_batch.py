@@ -29,7 +29,7 @@ class ScheduledBatch:
     prev: ScheduledBatch | None = None  # the batch whose samples resolve PENDING tokens
     # Filled by the worker: the token each sampling request drew.
     sampled: dict[Req, int] = field(default_factory=dict)
-    # pi0 / pi0.5 requests taking one denoising step in this batch (after its forward, if any),
+    # Denoising requests taking one denoising step in this batch (after its forward, if any),
     # with their rows, prompt lengths and the step's time t, captured when scheduled.
     denoise: list[Req] = field(default_factory=list)
     denoise_rows: list[int] = field(default_factory=list)
