@@ -85,7 +85,8 @@ class MultimodalFrontend:
         family_max = self.policy.max_images
         if family_max is not None and len(item.images) > family_max:
             raise RequestError(
-                f"{len(item.images)} images; this checkpoint takes {family_max} per prompt",
+                f"{len(item.images)} images; this checkpoint takes "
+                f"{'one image' if family_max == 1 else f'{family_max} images'} per prompt",
                 "image_data",
             )
         if len(item.images) > self.max_images:
