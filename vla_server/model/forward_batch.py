@@ -4,7 +4,8 @@ A batch is a list of requests; request ``i`` already has ``prefix_lens[i]`` toke
 and brings ``extend_lens[i]`` new tokens (1 for a decoding request). The new tokens of all
 requests are concatenated into one ragged token axis of length ``num_tokens``.
 
-A prefix-LM request (a vision-language backbone that reads its prompt both ways) also has a bidirectional prefix of ``prefix_lm_lens[i]`` tokens:
+A prefix-LM request (a backbone that reads its prompt both ways) also has a bidirectional
+prefix of ``prefix_lm_lens[i]`` tokens:
 a token at position p sees every token before ``max(p + 1, prefix_lm_lens[i])``. Its tokens
 after that prefix may sit one or more RoPE positions further on (openpi's decode convention),
 which ``positions`` already includes.

@@ -1,5 +1,5 @@
-"""Llama-family decoder (Llama, Qwen2, Gemma, and the language models inside LLaVA-style and prefix-LM VLAs)
-over the paged KV pool.
+"""Llama-family decoder (Llama, Qwen2, Gemma, and the language models inside LLaVA-style and
+prefix-LM VLAs) over the paged KV pool.
 
 Gemma differs in three places, read from the config: the MLP's activation (tanh-approximate
 GELU), RMSNorm's `(1 + w)` scaling in float32 (`UnitOffsetRMSNorm`), and token embeddings
