@@ -110,8 +110,11 @@ def crosscheck(python: Path, work: Path) -> dict:
         folder = build_tiny_smolvla(work / f"tiny-{index}", spec)
         group = [c for c in all_cases if c.folder == index]
         theirs, report = run_lerobot(python, folder, group, work)
-        folders.append({"spec": asdict(spec), "model_sha256": sha256(folder / "model.safetensors"),
-                        **report})  # fmt: skip
+        hashes = {
+            "model_sha256": sha256(folder / "model.safetensors"),
+            "tokenizer_sha256": sha256(folder / "vlm" / "tokenizer.json"),
+        }
+        folders.append({"spec": asdict(spec), **hashes, **report})
         policy = SmolVLAPolicy.from_folder(folder)
         for i, case in enumerate(group):
             normalized, actions = ours(policy, case)
