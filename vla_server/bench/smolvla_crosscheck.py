@@ -6,6 +6,8 @@ strictly, runs its saved preprocessor, `predict_action_chunk` from the case's se
 (`smolvla_lerobot_script.py`, in LeRobot's venv, `lerobot_env.py`); our `SmolVLAPolicy` runs
 the same raw observations and noise. The largest differences, LeRobot's chunks (so that tests
 can compare against them without LeRobot) and each folder's model hash go to a JSON file.
+Run from a checkout, the test-only reference (`tests/support/smolvla_reference.py`, looked up
+at run time: the package does not depend on the tests) is compared to LeRobot too.
 
     python -m vla_server.bench.smolvla_crosscheck [--out FILE]   # default: DEFAULT_OUT
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import json
 import tempfile
 from dataclasses import asdict, dataclass
@@ -115,12 +118,31 @@ def crosscheck(python: Path, work: Path) -> dict:
             "tokenizer_sha256": sha256(folder / "vlm" / "tokenizer.json"),
         }
         folders.append({"spec": asdict(spec), **hashes, **report})
-        policy = SmolVLAPolicy.from_folder(folder)
+        policy, reference = SmolVLAPolicy.from_folder(folder), _test_reference(folder)
         for i, case in enumerate(group):
             normalized, actions = ours(policy, case)
             results.append(_case_result(case, normalized, actions, theirs, i))
+            if reference is not None:
+                diff = (reference(case) - theirs[f"{i}.actions"]).abs().max()
+                results[-1]["reference_max_abs_diff_actions"] = float(diff)
             print(f"ours vs lerobot: {results[-1]['max_abs_diff_actions']:.3g} ({case})")
     return _summary(folders, results)
+
+
+def _test_reference(folder: Path):
+    """Case -> the test reference's actions [H, action_dim], or None outside a checkout."""
+    try:
+        ref = importlib.import_module("tests.support.smolvla_reference")
+    except ImportError:
+        return None
+    loaded = ref.load_reference(folder)
+
+    def run(case: Case) -> torch.Tensor:
+        images, state, noise = case_inputs(case, loaded.cfg["chunk_size"], 32)
+        batch = {k: v[None] for k, v in images.items()}
+        return ref.sample(loaded, batch, state[None], [case.task], noise)[1][0]
+
+    return run
 
 
 def _case_result(case: Case, normalized, actions, theirs: dict, i: int) -> dict:
@@ -140,6 +162,14 @@ def _summary(folders: list[dict], results: list[dict]) -> dict:
         "ours": {"torch": torch.__version__, "transformers": version("transformers")},
         "max_abs_diff_normalized": max(r["max_abs_diff_normalized"] for r in results),
         "max_abs_diff_actions": max(r["max_abs_diff_actions"] for r in results),
+        "reference_max_abs_diff_actions": max(
+            (
+                r["reference_max_abs_diff_actions"]
+                for r in results
+                if "reference_max_abs_diff_actions" in r
+            ),
+            default=None,
+        ),
         "folders": folders,
         "cases": results,
     }
