@@ -131,3 +131,13 @@ def test_velocity_checks_its_shapes():
         model.velocity(alone[0], torch.zeros(1, 9, 32), torch.tensor([1.0]))
     with pytest.raises(ValueError, match="time must be"):
         model.velocity(alone[0], torch.zeros(1, 10, 32), torch.tensor([1.0, 0.5]))
+
+
+@pytest.mark.parametrize("spec", [PLAIN, TOKENS_MIXED], ids=["float32-stored", "mixed-stored"])
+def test_bfloat16_weights_stay_near_float32(spec):
+    """Loose: bfloat16 VLM and expert (heads float32) through 10 steps, on chunks of ~5."""
+    obs = sc.observation(CAMERAS, sc.INSTRUCTIONS[0], sc.STATES[0])
+    full = sc.policy(spec).predict_action_chunk(obs, seeds=[3])
+    half = sc.policy(spec, torch.bfloat16).predict_action_chunk(obs, seeds=[3])
+    assert half.dtype == torch.float32
+    torch.testing.assert_close(half, full, atol=0.1, rtol=0)

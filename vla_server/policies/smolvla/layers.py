@@ -90,8 +90,11 @@ class DecoderLayer(nn.Module):
 
     def finish(self, h: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         o_proj = self.self_attn.o_proj
-        h = o_proj(attn.to(o_proj.weight.dtype)) + h
-        return self.mlp(self.post_attention_layernorm(h)) + h
+        # LeRobot adds the residual in place into o_proj's output: the stream takes the
+        # layer's dtype from here on (a float32 input becomes bfloat16 in a bfloat16 layer).
+        out = o_proj(attn.to(o_proj.weight.dtype))
+        h = (out + h).to(out.dtype)
+        return (self.mlp(self.post_attention_layernorm(h)) + h).to(out.dtype)
 
 
 def apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = ROPE_BASE) -> torch.Tensor:

@@ -80,7 +80,6 @@ class PrefixEncoder(nn.Module):
 
     def embed(self, inputs: PrefixInputs) -> PrefixEmbedding:
         """LeRobot's prefix layout, masked tokens included."""
-        dtype = self.embed_tokens.weight.dtype
         rows = inputs.state.shape[0]
         parts: list[tuple[torch.Tensor, torch.Tensor]] = []
         for slot in range(inputs.images.shape[1]):
@@ -89,7 +88,9 @@ class PrefixEncoder(nn.Module):
         parts.append((text, inputs.token_mask))
         state = self.state_proj(inputs.state.to(self.state_proj.weight.dtype))[:, None]
         parts.append((state, torch.ones_like(inputs.token_mask[:, :1])))
-        embeds = torch.cat([p[0].to(dtype) for p in parts], dim=1)
+        # torch.cat promotes: with a bfloat16 VLM the float32 state token keeps its precision
+        # until the first residual, as in LeRobot.
+        embeds = torch.cat([p[0] for p in parts], dim=1)
         valid = torch.cat([p[1] for p in parts], dim=1)
         ar = torch.zeros_like(valid, dtype=torch.long)
         ar[:, -1] = 1  # the state token: images and text must not see it
