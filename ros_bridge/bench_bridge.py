@@ -41,7 +41,7 @@ from ros_bridge.compat import rclpy, sensor_msgs, trajectory_msgs
 from ros_bridge.replay import camera_msg
 from ros_bridge.request_body import RequestSettings
 from ros_bridge.stream_client import VlaStreamClient
-from vla_server.bench.stats import plot_distributions, summary_ms, table, write_json
+from vla_harness.stats import plot_distributions, summary_ms, table, write_json
 
 DEFAULT_BAG = Path(__file__).resolve().parents[1] / "tests/data/aloha_transfer_cube_10hz"
 DEFAULT_SETTINGS = RequestSettings(unnorm_key="aloha_left", num_actions=2)
@@ -246,7 +246,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.server_url:
         samples = bench(args.server_url, frames, settings)
     else:
-        from vla_server.server_subprocess import running_server
+        from vla_harness.server_subprocess import running_server
 
         with (
             tempfile.TemporaryDirectory() as tmp,

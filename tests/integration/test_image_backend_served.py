@@ -15,7 +15,7 @@ from tests.helpers.server import run_server
 from tests.helpers.torchvision_backend import torchvision_backend
 from tests.hf_reference import HFLlava, assert_same_greedy
 from tests.tiny_checkpoints import make_llava
-from vla_server.multimodal.image_hash import format_mm_hash, image_hash
+from vla_frames.image_hash import format_mm_hash, image_hash
 from vla_server.multimodal.preprocess_config import PreprocessConfig
 
 NEW_TOKENS = 16

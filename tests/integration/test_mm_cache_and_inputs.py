@@ -23,8 +23,8 @@ import xxhash
 from tests.helpers.images import encode, image_payload, png_bytes, random_rgb, smooth_rgb
 from tests.helpers.mm_sources import delta, image_sources, sources
 from tests.helpers.server import idle_state, run_server
+from vla_frames.image_hash import format_mm_hash, image_hash
 from vla_server.model.demo import demo_model_path
-from vla_server.multimodal.image_hash import format_mm_hash, image_hash
 
 MAX_IMAGES = 2
 GREEDY = {"temperature": 0, "max_new_tokens": 6, "ignore_eos": True}

@@ -21,7 +21,7 @@ SHARED_MODULES = (
     "vla_server.ipc_dir",
     "vla_server.metrics",
     "vla_server.process_utils",
-    "vla_server.server_subprocess",
+    "vla_harness.server_subprocess",
 )
 # What leaves and shared modules sit below: the processes, the launcher and the benchmarks.
 ABOVE_THE_LEAVES = (*PROCESS_PACKAGES, "vla_server.entrypoints", "vla_server.bench")

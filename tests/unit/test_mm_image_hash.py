@@ -12,8 +12,8 @@ import torch
 import xxhash
 
 from tests.helpers.images import encode, random_rgb
-from vla_server.multimodal.image_errors import ImageInputError
-from vla_server.multimodal.image_hash import (
+from vla_frames.image_errors import ImageInputError
+from vla_frames.image_hash import (
     format_mm_hash,
     image_hash,
     pad_ids_for_image,

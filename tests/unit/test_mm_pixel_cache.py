@@ -12,9 +12,9 @@ import pytest
 from PIL import Image
 
 from tests.helpers.images import png_base64, random_rgb
+from vla_frames.image_errors import ImageInputError
+from vla_frames.image_hash import format_mm_hash
 from vla_server.multimodal import image_pipeline
-from vla_server.multimodal.image_errors import ImageInputError
-from vla_server.multimodal.image_hash import format_mm_hash
 from vla_server.multimodal.image_input import MediaPolicy
 from vla_server.multimodal.image_pipeline import ImagePipeline
 from vla_server.multimodal.pixel_cache import PixelCache

@@ -22,12 +22,12 @@ from transformers import AutoProcessor, LlavaForConditionalGeneration
 from tests.helpers.images import random_rgb
 from tests.hf_reference import assert_same_greedy
 from tests.tiny_checkpoints import make_llama, make_llava
+from vla_frames.image_hash import image_hash, pad_ids_for_image
 from vla_server.model.demo import make_demo_model
 from vla_server.model.model_runner import ModelRunner
 from vla_server.model.sampling import SamplingBatchInfo, SamplingParams
 from vla_server.model.vision import VisionEncoder
 from vla_server.model.weight_loader import WeightLoadError
-from vla_server.multimodal.image_hash import image_hash, pad_ids_for_image
 from vla_server.multimodal.preprocess import preprocess_image
 from vla_server.multimodal.preprocess_config import PreprocessConfig
 

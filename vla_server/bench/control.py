@@ -28,8 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from vla_harness.stats import summary_ms, table, write_json
 from vla_server.bench.raw_step import measure_decode_steps, measure_extend_forwards
-from vla_server.bench.stats import summary_ms, table, write_json
 
 Row = dict[str, Any]
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from vla_server.bench.stats import summary_ms
+from vla_harness.stats import summary_ms
 from vla_server.frontend.flow_prompt import flow_prompt_text
 from vla_server.model.flow_matching import euler_update, flow_times
 from vla_server.model.model_runner import ModelRunner

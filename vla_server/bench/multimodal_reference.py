@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from vla_harness.stats import summary_ms
 from vla_server.bench.prismatic_ref.oracle_env import reference_predict
-from vla_server.bench.stats import summary_ms
 from vla_server.bench.stream_client import StreamTiming
 
 REFERENCE_COLUMNS = [

@@ -9,6 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from vla_frames.image_errors import ImageInputError
+from vla_frames.image_hash import format_mm_hash
 from vla_server.config import FrontendConfig
 from vla_server.errors import RequestError
 from vla_server.frontend import openvla_prompt
@@ -20,8 +22,6 @@ from vla_server.model.lerobot_config import LeRobotPolicySpec
 from vla_server.multimodal.action_tokenizer import load_action_tokenizer
 from vla_server.multimodal.fast_actions import FastActionTokenizer
 from vla_server.multimodal.flow_actions import FlowActionPolicy
-from vla_server.multimodal.image_errors import ImageInputError
-from vla_server.multimodal.image_hash import format_mm_hash
 from vla_server.multimodal.image_input import MediaPolicy
 from vla_server.multimodal.image_pipeline import ImagePipeline
 from vla_server.multimodal.pixel_cache import PixelCache

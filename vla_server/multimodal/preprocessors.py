@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vla_frames.image_decode import RgbFrame
 from vla_server.model.lerobot_config import lerobot_spec
-from vla_server.multimodal.image_decode import RgbFrame
 from vla_server.multimodal.pad_resize import PadResize, pad_resize
 from vla_server.multimodal.preprocess import preprocess_image
 from vla_server.multimodal.preprocess_config import PreprocessConfig, read_image_processor_dict
