@@ -5,7 +5,7 @@ Arguments (`name:=value`): the server's `model` ('' = the embedded demo), `host`
 parameter that is not derived (e.g. `deadline_ms:=80.0 on_late:=zero compressed:=true
 joint_names:='[j1, j2]'`). Off ROS, `vla-bridge` takes the same arguments as `--name value`;
 both read them from `ros_bridge.bridge_params`. The server command is
-`vla_server.server_subprocess.serve_command` (`vla-server serve` run by this Python). If the
+`vla_harness.server_subprocess.serve_command` (`vla-server serve` run by this Python). If the
 server exits, the launch shuts down: the bridge alone would only ever report it down.
 """
 
@@ -27,7 +27,7 @@ from ros_bridge.bridge_params import (
     launch_default,
     parse_launch_value,
 )
-from vla_server.server_subprocess import serve_command
+from vla_harness.server_subprocess import serve_command
 
 
 def generate_launch_description():

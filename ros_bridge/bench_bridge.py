@@ -1,6 +1,6 @@
 """Bridge overhead: frame-to-first-action through VlaBridgeNode vs a direct request.
 
-    python -m vla_server.bench bridge [--server-url URL] [--frames N] [--bag BAG] [--out DIR]
+    vla-bridge bench [--server-url URL] [--frames N] [--bag BAG] [--out DIR]
 
 Writes `bridge.json` (P50/P90/P99 of both arms, their ratios, the samples) and `bridge.png`
 (the latency distribution of both arms) under `--out` (default bench_out/bridge).
@@ -41,7 +41,7 @@ from ros_bridge.compat import rclpy, sensor_msgs, trajectory_msgs
 from ros_bridge.replay import camera_msg
 from ros_bridge.request_body import RequestSettings
 from ros_bridge.stream_client import VlaStreamClient
-from vla_server.bench.stats import plot_distributions, summary_ms, table, write_json
+from vla_harness.stats import plot_distributions, summary_ms, table, write_json
 
 DEFAULT_BAG = Path(__file__).resolve().parents[1] / "tests/data/aloha_transfer_cube_10hz"
 DEFAULT_SETTINGS = RequestSettings(unnorm_key="aloha_left", num_actions=2)
@@ -219,17 +219,6 @@ def report(samples_ms: dict[str, list[float]], out: Path) -> dict[str, Any]:
     return result
 
 
-def add_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--server-url", default=None, help="default: start the demo model")
-    parser.add_argument(
-        "--bag", type=Path, default=DEFAULT_BAG, help="camera recording (rosbag2, mcap, sqlite3)"
-    )
-    parser.add_argument("--frames", type=int, default=20)
-    parser.add_argument("--unnorm-key", default=DEFAULT_SETTINGS.unnorm_key)
-    parser.add_argument("--num-actions", type=int, default=DEFAULT_SETTINGS.num_actions)
-    parser.add_argument("--out", type=Path, default=Path("bench_out/bridge"))
-
-
 def load_frames(bag: Path, n: int) -> list[CameraFrame]:
     """Checked before any server starts, so a bad argument costs nothing."""
     if n < 1:
@@ -240,13 +229,22 @@ def load_frames(bag: Path, n: int) -> list[CameraFrame]:
     return distinct_frames(bag, n)
 
 
+def settings_from(args: argparse.Namespace) -> RequestSettings:
+    """The request settings of `vla-bridge bench`'s flags; an omitted one is the default's."""
+    unnorm_key, num_actions = args.unnorm_key, args.num_actions
+    return RequestSettings(
+        unnorm_key=DEFAULT_SETTINGS.unnorm_key if unnorm_key is None else unnorm_key,
+        num_actions=DEFAULT_SETTINGS.num_actions if num_actions is None else num_actions,
+    )
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    settings = RequestSettings(unnorm_key=args.unnorm_key, num_actions=args.num_actions)
-    frames = load_frames(args.bag, args.frames)
+    settings = settings_from(args)
+    frames = load_frames(DEFAULT_BAG if args.bag is None else args.bag, args.frames)
     if args.server_url:
         samples = bench(args.server_url, frames, settings)
     else:
-        from vla_server.server_subprocess import running_server
+        from vla_harness.server_subprocess import running_server
 
         with (
             tempfile.TemporaryDirectory() as tmp,
@@ -256,11 +254,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return report(samples, args.out)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m ros_bridge.bench_bridge")
-    add_args(parser)
-    run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    main()
+def command(args: argparse.Namespace) -> None:
+    """`vla-bridge bench` (ros_bridge.cli)."""
+    run(args)

@@ -1,5 +1,6 @@
 """`vla-bridge`: the bridge off ROS (run), bag tools (replay, record), a simulated robot
-(sim), and the ROS 2 graph without ROS 2 (`node list`, `param get|set|list`).
+(sim), the bridge's overhead benchmark (bench), and the ROS 2 graph without ROS 2 (`node list`,
+`param get|set|list`).
 
 `vla-bridge [run] [--model M] [--port P] [--camera TOPIC] [--<parameter> VALUE ...]` starts
 `vla-server serve` and VlaBridgeNode on the shim, with the same arguments (and defaults) as
@@ -149,6 +150,20 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
     add_param_option(parser, "a bridge parameter (e.g. executor:=interpolate)")
 
 
+def add_bench_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--server-url", default=None, help="default: start the demo model")
+    parser.add_argument(
+        "--bag",
+        type=Path,
+        default=None,
+        help="camera recording (rosbag2, mcap, sqlite3); default: a source checkout's tests/data",
+    )
+    parser.add_argument("--frames", type=int, default=20)
+    parser.add_argument("--unnorm-key", default=None, help="default: the demo model's ALOHA key")
+    parser.add_argument("--num-actions", type=int, default=None, help="default: 2")
+    parser.add_argument("--out", type=Path, default=Path("bench_out/bridge"))
+
+
 @dataclass(frozen=True)
 class Command:
     module: str  # holds `command(ns)`, imported only when this command runs
@@ -163,6 +178,7 @@ COMMANDS = {
     "sim": Command("ros_bridge.sim.sim_command", add_sim_args, (extras.YAML, extras.ROSBAGS)),
     "node": Command("ros_bridge.graph_cli", graph_args.add_node_args, (extras.YAML,)),
     "param": Command("ros_bridge.graph_cli", graph_args.add_param_args, (extras.YAML,)),
+    "bench": Command("ros_bridge.bench_bridge", add_bench_args, (extras.YAML, extras.ROSBAGS)),
 }
 
 

@@ -1,7 +1,7 @@
 """Camera frames to request images: validation, RGB pixels, the edge hash, `image_data` (ROS-free).
 
 Raw frames are converted to RGB here and sent as raw pixels, with the server's own hash
-(`vla_server.multimodal.image_hash`) over them as `mm_hashes`: the server uses it as given.
+(`vla_frames.image_hash`) over them as `mm_hashes`: the server uses it as given.
 Compressed frames travel as their original bytes, checked only up to their header (format,
 declared size): the server has to decode them anyway, and decoding them here too, only to hash
 them, cost a full JPEG decode (1.4 ms at 640x480) on every frame's path. The server hashes what
@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 from ros_bridge.camera_frame import CameraFrame
-from vla_server.multimodal.image_decode import array_to_rgb, check_pixel_count
-from vla_server.multimodal.image_errors import ImageInputError
-from vla_server.multimodal.image_hash import format_mm_hash, image_hash
-from vla_server.multimodal.image_header import read_declared_size
+from vla_frames.image_decode import array_to_rgb, check_pixel_count
+from vla_frames.image_errors import ImageInputError
+from vla_frames.image_hash import format_mm_hash, image_hash
+from vla_frames.image_header import read_declared_size
 
 MAX_PIXELS = 4096 * 4096  # the server's default --max-image-pixels
 # sensor_msgs/image_encodings with 8-bit channels -> (channels, order to RGB(A))

@@ -12,7 +12,7 @@ from ros_bridge import compat, extras
 from ros_bridge.bridge_node import VlaBridgeNode, spin
 from ros_bridge.bridge_params import LAUNCH_PARAMS
 from ros_bridge.compat import rclpy
-from vla_server.server_subprocess import start_server
+from vla_harness.server_subprocess import start_server
 
 
 def command(ns: argparse.Namespace) -> None:

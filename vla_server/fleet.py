@@ -26,7 +26,7 @@ from pathlib import Path
 
 import httpx
 
-from vla_server.server_subprocess import (
+from vla_harness.server_subprocess import (
     LOOPBACK,
     START_TIMEOUT_S,
     ServerProcess,

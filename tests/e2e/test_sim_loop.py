@@ -31,8 +31,8 @@ from rosbags.typesys import Stores, get_typestore  # noqa: E402
 
 from tests.support.paths import REPO  # noqa: E402
 from tests.support.server import free_port, run_server  # noqa: E402
+from vla_harness.server_subprocess import start_server  # noqa: E402
 from vla_server.policies.llava.demo import aloha_demo_model_path  # noqa: E402
-from vla_server.server_subprocess import start_server  # noqa: E402
 
 RATE_HZ, CAMERA_HZ = 50.0, 10.0
 ACTION_HZ, NUM_ACTIONS = 5.0, 10  # `vla-bridge sim`'s defaults for the demo model

@@ -19,7 +19,7 @@ from ros_bridge.bags import read_frames
 from ros_bridge.bridge_node import VlaBridgeNode
 from ros_bridge.compat import diagnostic_msgs, rclpy, trajectory_msgs
 from ros_bridge.replay import camera_msg
-from vla_server.server_subprocess import free_port, start_server
+from vla_harness.server_subprocess import free_port, start_server
 
 BAG = Path(__file__).resolve().parents[1] / "data/aloha_transfer_cube_10hz"
 OK, ERROR = diagnostic_msgs.msg.DiagnosticStatus.OK, diagnostic_msgs.msg.DiagnosticStatus.ERROR

@@ -201,7 +201,7 @@ def test_replay_without_unnorm_key_fails_naming_the_wrong_request(server, tmp_pa
 
 
 def test_bridge_benchmark_writes_json_and_plot_under_bench_out(server, tmp_path) -> None:
-    cmd = [sys.executable, "-m", "vla_server.bench", "bridge", "--server-url", server.url]
+    cmd = [sys.executable, "-m", "ros_bridge.cli", "bench", "--server-url", server.url]
     cmd += ["--frames", "2", "--num-actions", "1"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]

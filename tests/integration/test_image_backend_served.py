@@ -15,7 +15,7 @@ from tests.support.images import image_payload, random_rgb, smooth_rgb
 from tests.support.server import run_server
 from tests.support.tiny_checkpoints import make_llava
 from tests.support.torchvision_backend import torchvision_backend
-from vla_server.multimodal.image_hash import format_mm_hash, image_hash
+from vla_frames.image_hash import format_mm_hash, image_hash
 from vla_server.multimodal.preprocess_config import PreprocessConfig
 
 NEW_TOKENS = 16

@@ -23,7 +23,7 @@ import xxhash
 from tests.support.images import encode, image_payload, png_bytes, random_rgb, smooth_rgb
 from tests.support.mm_sources import delta, image_sources, sources
 from tests.support.server import idle_state, run_server
-from vla_server.multimodal.image_hash import format_mm_hash, image_hash
+from vla_frames.image_hash import format_mm_hash, image_hash
 from vla_server.policies.llava.demo import demo_model_path
 
 MAX_IMAGES = 2

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from tests.support.images import image_payload, random_rgb
-from vla_server.server_subprocess import ServerProcess
+from vla_harness.server_subprocess import ServerProcess
 
 PROMPT = "What action should the robot take to pick up the red block?"
 

@@ -18,7 +18,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 # Top-level package name -> folder (kernels/ installs as vla_kernels).
-PACKAGES = {"vla_server": "vla_server", "ros_bridge": "ros_bridge", "vla_kernels": "kernels"}
+PACKAGES = {
+    "vla_server": "vla_server",
+    "ros_bridge": "ros_bridge",
+    "vla_kernels": "kernels",
+    "vla_frames": "vla_frames",
+    "vla_harness": "vla_harness",
+}
 
 
 @dataclass

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.support.server import metric_by_label, metric_value
-from vla_server.server_subprocess import ServerProcess
+from vla_harness.server_subprocess import ServerProcess
 
 
 def sources(prefix: int = 0, cache: int = 0, tower: int = 0) -> dict[str, int]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vla_server.multimodal.image_decode import RgbFrame
+from vla_frames.image_decode import RgbFrame
 from vla_server.multimodal.preprocess import HfImagePreprocessor
 from vla_server.multimodal.preprocess_config import PreprocessConfig
 from vla_server.multimodal.preprocessor import ImagePreprocessor

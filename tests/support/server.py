@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from vla_server.server_subprocess import ServerProcess, free_port, run_server
+from vla_harness.server_subprocess import ServerProcess, free_port, run_server
 
 __all__ = [
     "ServerProcess",

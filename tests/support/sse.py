@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from vla_server.server_subprocess import ServerProcess
+from vla_harness.server_subprocess import ServerProcess
 
 
 def sse_events(text: str) -> list[dict[str, Any]]:

@@ -10,7 +10,6 @@ import sys
 import pytest
 
 from ros_bridge import cli, compat
-from vla_server.bench import __main__ as bench_main
 
 INSTALL = 'pip install "vla-server[ros]"'
 
@@ -86,6 +85,7 @@ def test_without_yaml_even_help_says_so(monkeypatch):
 
 
 def test_the_bridge_benchmark_without_rosbags_names_the_extra(monkeypatch):
-    message = _refusal(monkeypatch, ["rosbags"], bench_main.main, ["bridge"])
-    assert "python -m vla_server.bench bridge needs the [ros] extra" in message
-    assert message.endswith(INSTALL)
+    message = _refusal(monkeypatch, ["rosbags"], cli.main, ["bench"])
+    assert (
+        message == f"vla-bridge bench needs the [ros] extra (rosbags is not installed): {INSTALL}"
+    )

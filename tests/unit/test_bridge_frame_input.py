@@ -14,7 +14,7 @@ from PIL import Image
 
 from ros_bridge.camera_frame import compressed_frame, raw_frame
 from ros_bridge.frame_input import BadFrame, prepare_image, raw_to_rgb
-from vla_server.multimodal.image_hash import format_mm_hash, image_hash
+from vla_frames.image_hash import format_mm_hash, image_hash
 from vla_server.multimodal.image_input import MediaPolicy, load_image
 
 DIGEST = bytes(range(16))

@@ -19,7 +19,7 @@ import pytest
 
 from ros_bridge import cli
 from ros_bridge.bridge_params import LAUNCH_PARAMS, PARAMS_BY_NAME
-from vla_server.server_subprocess import serve_command
+from vla_harness.server_subprocess import serve_command
 
 REPO = Path(__file__).resolve().parents[2]
 LAUNCH_FILE = REPO / "launch" / "vla_bridge.launch.py"

@@ -1,10 +1,13 @@
 """The layout's rules (DESIGN.md §3), checked on the module graph parsed from the source: every
 import counts, including those inside functions and under `if TYPE_CHECKING:`. Also the size
-limits: no function over 60 lines, no file over 500."""
+limits: no function over 60 lines, no file over 500. And the robot-side bridge's closure: the
+bridge and the leaf packages it shares with the server (vla_frames, vla_harness) import nothing
+from vla_server, nor torch or transformers, and the server imports nothing from the bridge."""
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +24,7 @@ SHARED_MODULES = (
     "vla_server.ipc_dir",
     "vla_server.metrics",
     "vla_server.process_utils",
-    "vla_server.server_subprocess",
+    "vla_harness.server_subprocess",
 )
 # What leaves and shared modules sit below: the processes, the launcher and the benchmarks.
 ABOVE_THE_LEAVES = (*PROCESS_PACKAGES, "vla_server.entrypoints", "vla_server.bench")
@@ -40,6 +43,13 @@ ROS_PACKAGES = (
     "cyclonedds",
     "rosbags",
 )
+# What the robot computer runs (README, "The bridge on a robot computer (no torch)"): the bridge
+# and the two leaf packages it shares with the server.
+ROBOT_SIDE = ("ros_bridge", "vla_frames", "vla_harness")
+SERVER_SIDE = ("vla_server", "torch", "transformers")
+# All that vla_frames and vla_harness may import besides the standard library and themselves
+# (matplotlib only inside the plotting function).
+LEAF_THIRD_PARTY = ("numpy", "PIL", "xxhash", "httpx", "psutil", "matplotlib")
 MAX_FUNCTION_LINES = 60
 MAX_FILE_LINES = 500
 
@@ -74,7 +84,9 @@ def test_leaf_packages_and_shared_modules_import_nothing_above_them(graph):
     assert _imports_into(graph, [*LEAF_PACKAGES, *SHARED_MODULES], ABOVE_THE_LEAVES) == []
 
 
-@pytest.mark.parametrize("package", ["vla_server", "ros_bridge", "vla_kernels"])
+@pytest.mark.parametrize(
+    "package", ["vla_server", "ros_bridge", "vla_kernels", "vla_frames", "vla_harness"]
+)
 def test_no_import_cycles(graph, package):
     cycles = find_cycles(graph, _modules(graph, package))
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
@@ -82,6 +94,30 @@ def test_no_import_cycles(graph, package):
 
 def test_kernels_import_nothing_from_the_server_or_the_bridge(graph):
     assert _imports_into(graph, ["vla_kernels"], ("vla_server", "ros_bridge")) == []
+
+
+def test_the_robot_side_imports_nothing_from_the_server_torch_or_transformers(graph):
+    assert _imports_into(graph, list(ROBOT_SIDE), SERVER_SIDE) == []
+    # The same, as what importing any robot-side module may run (parent packages included).
+    roots = [m for package in ROBOT_SIDE for m in _modules(graph, package)]
+    assert _forbidden_reached(graph, roots, SERVER_SIDE) == ""
+
+
+def test_the_server_imports_nothing_from_the_bridge(graph):
+    # `vla_server.bench control` runs `vla-bridge bench` as a subprocess instead.
+    assert _imports_into(graph, ["vla_server"], ("ros_bridge",)) == []
+
+
+def test_the_shared_leaf_packages_import_only_the_stdlib_and_light_packages(graph):
+    allowed = (*LEAF_THIRD_PARTY, "vla_frames", "vla_harness", "__future__")
+    found = [
+        f"{module} -> {dep}"
+        for module in _modules(graph, "vla_frames") + _modules(graph, "vla_harness")
+        for dep in sorted(graph.imports[module])
+        if dep.split(".")[0] not in sys.stdlib_module_names
+        and not any(in_package(dep, a) for a in allowed)
+    ]
+    assert found == []
 
 
 def _forbidden_reached(graph: ModuleGraph, roots: list[str], forbidden: tuple[str, ...]) -> str:
@@ -116,7 +152,9 @@ def test_modules_that_say_they_are_ros_free_import_no_ros(graph):
 
 def _source_files() -> list[Path]:
     return sorted(
-        f for folder in ("vla_server", "ros_bridge") for f in (ROOT / folder).rglob("*.py")
+        f
+        for folder in ("vla_server", "ros_bridge", "vla_frames", "vla_harness")
+        for f in (ROOT / folder).rglob("*.py")
     )
 
 

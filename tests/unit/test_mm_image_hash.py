@@ -13,8 +13,8 @@ import xxhash
 
 from tests.support.images import encode, random_rgb
 from tests.support.preprocessors import as_preprocessor
-from vla_server.multimodal.image_errors import ImageInputError
-from vla_server.multimodal.image_hash import (
+from vla_frames.image_errors import ImageInputError
+from vla_frames.image_hash import (
     format_mm_hash,
     image_hash,
     pad_ids_for_image,

@@ -20,7 +20,7 @@ from transformers.image_transforms import convert_to_rgb
 from transformers.image_utils import load_image as hf_load_image
 
 from tests.support.images import encode, random_rgb, smooth_rgb
-from vla_server.multimodal.image_errors import ImageInputError
+from vla_frames.image_errors import ImageInputError
 from vla_server.multimodal.image_input import MediaPolicy, load_image, load_images
 
 POLICY = MediaPolicy()

@@ -13,9 +13,9 @@ from PIL import Image
 
 from tests.support.images import png_base64, random_rgb
 from tests.support.preprocessors import as_preprocessor
+from vla_frames.image_errors import ImageInputError
+from vla_frames.image_hash import format_mm_hash
 from vla_server.multimodal import image_pipeline
-from vla_server.multimodal.image_errors import ImageInputError
-from vla_server.multimodal.image_hash import format_mm_hash
 from vla_server.multimodal.image_input import MediaPolicy
 from vla_server.multimodal.image_pipeline import ImagePipeline
 from vla_server.multimodal.pixel_cache import PixelCache

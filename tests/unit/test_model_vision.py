@@ -22,10 +22,10 @@ from transformers import AutoProcessor, LlavaForConditionalGeneration
 from tests.support.hf_reference import assert_same_greedy
 from tests.support.images import random_rgb
 from tests.support.tiny_checkpoints import make_llama, make_llava
+from vla_frames.image_hash import image_hash, pad_ids_for_image
 from vla_server.model.model_runner import ModelRunner
 from vla_server.model.sampling import SamplingBatchInfo, SamplingParams
 from vla_server.model.weight_loader import WeightLoadError
-from vla_server.multimodal.image_hash import image_hash, pad_ids_for_image
 from vla_server.multimodal.preprocess import preprocess_image
 from vla_server.multimodal.preprocess_config import PreprocessConfig
 from vla_server.policies.llava.demo import make_demo_model

@@ -8,8 +8,6 @@ import importlib
 import importlib.util
 import sys
 
-from ros_bridge import extras
-
 BENCHES = {
     "serving": "vla_server.bench.serving",
     "multimodal": "vla_server.bench.multimodal",
@@ -20,15 +18,12 @@ BENCHES = {
     "soak": "vla_server.bench.soak",
     "control": "vla_server.bench.control",
     "flow": "vla_server.bench.flow",
-    "bridge": "ros_bridge.bench_bridge",
 }
-# What a benchmark needs beyond `pip install vla-server`.
-NEEDS = {"bridge": (extras.YAML, extras.ROSBAGS), "control": (extras.YAML, extras.ROSBAGS)}
 
 
 def _summary(module: str) -> str:
     """The first docstring line of `module`, read from its source: importing every benchmark
-    to list them would need every benchmark's dependencies (the bridge's come with [ros])."""
+    to list them would need every benchmark's dependencies."""
     origin = importlib.util.find_spec(module).origin  # type: ignore[union-attr]
     with open(origin, encoding="utf-8") as f:  # type: ignore[arg-type]
         doc = ast.get_docstring(ast.parse(f.read())) or ""
@@ -37,9 +32,9 @@ def _summary(module: str) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "bridge":
+        raise SystemExit("the bridge benchmark is `vla-bridge bench` now (the [ros] extra)")
     chosen = argv[0] if argv and argv[0] in BENCHES else None
-    if chosen in NEEDS:
-        extras.require(f"python -m vla_server.bench {chosen}", NEEDS[chosen])
     parser = argparse.ArgumentParser(prog="python -m vla_server.bench")
     sub = parser.add_subparsers(dest="bench", required=True)
     for name, module in BENCHES.items():

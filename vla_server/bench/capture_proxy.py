@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
-from vla_server.server_subprocess import LOOPBACK, free_port
+from vla_harness.server_subprocess import LOOPBACK, free_port
 
 # Hop-by-hop headers (RFC 9110 §7.6.1) and the ones httpx recomputes.
 _DROP = {"host", "content-length", "connection", "transfer-encoding", "keep-alive"}

@@ -25,13 +25,13 @@ import httpx
 import numpy as np
 import psutil
 
+from vla_harness.server_subprocess import LOOPBACK, ServerProcess, free_port, run_server
+from vla_harness.stats import summary_ms
 from vla_server.bench.cpu_accounting import CLIENT, by_process, cpu_snapshot
 from vla_server.bench.multimodal import camera_frames
 from vla_server.bench.raw_step import measure_decode_steps, measure_extend_forwards
-from vla_server.bench.stats import summary_ms
 from vla_server.model.model_runner import ModelRunner
 from vla_server.policies.registry import detect
-from vla_server.server_subprocess import LOOPBACK, ServerProcess, free_port, run_server
 
 NEW_TOKENS = 16
 START_TIMEOUT_S = 180.0

@@ -13,7 +13,7 @@ import os
 
 import psutil
 
-from vla_server.server_subprocess import ServerProcess
+from vla_harness.server_subprocess import ServerProcess
 
 CLIENT = "bench client"
 

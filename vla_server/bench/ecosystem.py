@@ -27,10 +27,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from vla_harness.server_subprocess import running_server
 from vla_server.bench.capture_proxy import capturing
 from vla_server.bench.client_fixtures import drive_router, write_fixtures
 from vla_server.policies.llava.demo import demo_model_path
-from vla_server.server_subprocess import running_server
 
 TOOLS = ("sglang==0.5.23", "guidellm==0.8.1", "genai-bench==0.0.5")
 # SGLang's own torch pins, and what `sglang.bench_serving` imports beyond the tools' own

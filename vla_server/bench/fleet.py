@@ -25,12 +25,12 @@ from typing import Any
 
 import httpx
 
+from vla_harness.server_subprocess import running_server
+from vla_harness.stats import plot_distributions, summary_ms, table, write_json
 from vla_server.bench.multimodal import camera_frames
-from vla_server.bench.stats import plot_distributions, summary_ms, table, write_json
 from vla_server.bench.stream_client import StreamTiming, timed_stream
 from vla_server.fleet import running_router
 from vla_server.policies.llava.demo import demo_model_path
-from vla_server.server_subprocess import running_server
 
 POLICIES = ("round_robin", "cache_aware")
 TASKS = ("pick up the red block", "open the top drawer", "fold the towel", "stack the cups")

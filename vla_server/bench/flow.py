@@ -28,13 +28,13 @@ from typing import Any
 
 import httpx
 
+from vla_harness.server_subprocess import ServerProcess, run_server
+from vla_harness.stats import plot_distributions, summary_ms, table, write_json
 from vla_server.bench.flow_split import INSTRUCTION, chunk_phases
 from vla_server.bench.multimodal import camera_frames
-from vla_server.bench.stats import plot_distributions, summary_ms, table, write_json
 from vla_server.policies.pi0.family import Pi0Family
 from vla_server.policies.pi_common.lerobot_config import LeRobotPolicySpec
 from vla_server.policies.registry import detect
-from vla_server.server_subprocess import ServerProcess, run_server
 
 
 def add_args(p: argparse.ArgumentParser) -> None:

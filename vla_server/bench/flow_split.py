@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from vla_server.bench.stats import summary_ms
+from vla_harness.stats import summary_ms
 from vla_server.model.denoise import denoise_times, euler_update, initial_noise
 from vla_server.model.model_runner import ModelRunner
 from vla_server.policies.pi0.family import Pi0Family

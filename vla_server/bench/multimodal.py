@@ -42,13 +42,14 @@ import httpx
 import numpy as np
 from PIL import Image
 
+from vla_frames.image_decode import as_pixels
+from vla_frames.image_hash import format_mm_hash
+from vla_harness.server_subprocess import ServerProcess, run_server
+from vla_harness.stats import plot_distributions, summary_ms, table, write_json
 from vla_server.bench.multimodal_reference import REFERENCE_COLUMNS, reference_rounds
-from vla_server.bench.stats import plot_distributions, summary_ms, table, write_json
 from vla_server.bench.stream_client import StreamTiming, timed_stream
 from vla_server.config import default_torch_threads
 from vla_server.metrics import MM_IMAGE_SOURCES as SOURCES
-from vla_server.multimodal.image_decode import as_pixels
-from vla_server.multimodal.image_hash import format_mm_hash
 from vla_server.multimodal.image_input import MediaPolicy, load_frame
 from vla_server.multimodal.image_pipeline import ImagePipeline
 from vla_server.multimodal.preprocessor import ImagePreprocessor
@@ -56,7 +57,6 @@ from vla_server.policies.openvla import prompt as openvla_prompt
 from vla_server.policies.pi0.family import Pi0Family
 from vla_server.policies.pi0fast.family import Pi0FastFamily
 from vla_server.policies.registry import detect
-from vla_server.server_subprocess import ServerProcess, run_server
 
 PROMPT = "In: {instruction}\n<image>\nOut:"
 INSTRUCTIONS = (

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vla_server.bench.stats import summary_ms
+from vla_harness.stats import summary_ms
 from vla_server.bench.stream_client import StreamTiming
 
 REFERENCE_COLUMNS = [

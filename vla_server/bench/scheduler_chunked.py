@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from vla_harness.stats import summary_ms
 from vla_server.bench.scheduler_common import (
     BenchSetup,
     add_common_args,
@@ -28,7 +29,6 @@ from vla_server.bench.scheduler_common import (
     setup,
     ttfts,
 )
-from vla_server.bench.stats import summary_ms
 from vla_server.bench.stream_client import StreamTiming, timed_stream
 
 STREAM_PROMPT = prompt_ids(16, seed=3)

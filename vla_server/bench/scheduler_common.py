@@ -14,12 +14,12 @@ from typing import Any
 
 import torch
 
+from vla_harness.server_subprocess import ServerProcess, run_server
+from vla_harness.stats import plot_distributions, summary_ms, table, write_json
 from vla_server.bench.checkpoints import SIZES
 from vla_server.bench.serving import model_path
-from vla_server.bench.stats import plot_distributions, summary_ms, table, write_json
 from vla_server.bench.stream_client import StreamTiming
 from vla_server.config import default_torch_threads
-from vla_server.server_subprocess import ServerProcess, run_server
 
 
 def add_common_args(p: argparse.ArgumentParser) -> None:

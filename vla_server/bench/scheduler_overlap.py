@@ -12,6 +12,7 @@ import argparse
 import contextlib
 from typing import Any
 
+from vla_harness.stats import summary_ms
 from vla_server.bench.raw_step import measure_decode_steps
 from vla_server.bench.scheduler_common import (
     BenchSetup,
@@ -23,7 +24,6 @@ from vla_server.bench.scheduler_common import (
     setup,
 )
 from vla_server.bench.serving import served_round
-from vla_server.bench.stats import summary_ms
 from vla_server.bench.stream_client import StreamTiming
 
 MODES = {"overlap on": (), "overlap off": ("--disable-overlap-schedule",)}

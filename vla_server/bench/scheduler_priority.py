@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from vla_harness.stats import summary_ms, table
 from vla_server.bench.cpu_accounting import cores_by_process, cpu_snapshot
 from vla_server.bench.raw_step import measure_decode_steps
 from vla_server.bench.scheduler_common import (
@@ -37,7 +38,6 @@ from vla_server.bench.scheduler_common import (
     setup,
     ttfts,
 )
-from vla_server.bench.stats import summary_ms, table
 from vla_server.bench.stream_client import StreamTiming, timed_stream
 
 LOW, HIGH = 0, 100  # more than --priority-scheduling-preemption-threshold (10) apart

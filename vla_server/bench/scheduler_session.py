@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from vla_harness.stats import summary_ms
 from vla_server.bench.scheduler_common import (
     BenchSetup,
     add_common_args,
@@ -31,7 +32,6 @@ from vla_server.bench.scheduler_common import (
     serve,
     setup,
 )
-from vla_server.bench.stats import summary_ms
 from vla_server.bench.stream_client import StreamTiming, timed_stream
 
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from vla_harness.server_subprocess import running_server
 from vla_server.bench.itl_checkpoint import ItlCheckpoint
 from vla_server.bench.stream_client import StreamTiming, concurrent_streams
-from vla_server.server_subprocess import running_server
 
 START_TIMEOUT_S = 600.0
 STOP_GRACE_S = 30.0

@@ -17,13 +17,13 @@ from typing import Any
 
 import torch
 
+from vla_harness.server_subprocess import ServerProcess, run_server
+from vla_harness.stats import plot_distributions, summary_ms, table, write_json
 from vla_server.bench.checkpoints import SIZES, bench_model_path
 from vla_server.bench.cpu_accounting import cpu_ms_per_unit, cpu_snapshot
 from vla_server.bench.raw_step import measure_decode_steps
-from vla_server.bench.stats import plot_distributions, summary_ms, table, write_json
 from vla_server.bench.stream_client import StreamTiming, concurrent_streams
 from vla_server.config import default_torch_threads
-from vla_server.server_subprocess import ServerProcess, run_server
 
 
 def add_args(p: argparse.ArgumentParser) -> None:

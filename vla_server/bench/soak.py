@@ -36,13 +36,13 @@ import httpx
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
+from vla_harness.server_subprocess import ServerProcess, running_server
+from vla_harness.stats import pct
 from vla_server.bench import soak_traffic as traffic
 from vla_server.bench.multimodal import INSTRUCTIONS, camera_frames, request_body
 from vla_server.bench.soak_report import report
 from vla_server.bench.soak_stats import is_lost
-from vla_server.bench.stats import pct
 from vla_server.policies.llava.demo import demo_model_path
-from vla_server.server_subprocess import ServerProcess, running_server
 
 WARMUP_S = 5.0
 PHASE_S = 10.0

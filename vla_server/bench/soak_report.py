@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from vla_harness.stats import table, write_json
 from vla_server.bench.soak_stats import (
     latency_ratio,
     per_minute_latency,
@@ -15,7 +16,6 @@ from vla_server.bench.soak_stats import (
     slope_per_minute,
 )
 from vla_server.bench.soak_traffic import Recorder, SlowlorisResult
-from vla_server.bench.stats import table, write_json
 
 SLOPE_SKIP_S = 60.0  # the first minute fills the caches (embeddings, prefixes)
 

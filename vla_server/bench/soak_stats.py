@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from vla_server.bench.stats import pct
+from vla_harness.stats import pct
 
 # What a request ended as. A finish reason is a result; a 4xx is an answer; a client that left
 # on purpose (mid-stream disconnects, cut-off stalled readers) expects nothing. Anything else

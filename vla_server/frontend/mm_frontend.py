@@ -9,12 +9,12 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from vla_frames.image_errors import ImageInputError
+from vla_frames.image_hash import format_mm_hash
 from vla_server.config import FrontendConfig
 from vla_server.errors import RequestError
 from vla_server.frontend.generate_request import GenerateItem
 from vla_server.io_struct import MMItem, ModelInfo, Tensor
-from vla_server.multimodal.image_errors import ImageInputError
-from vla_server.multimodal.image_hash import format_mm_hash
 from vla_server.multimodal.image_input import MediaPolicy
 from vla_server.multimodal.image_pipeline import ImagePipeline
 from vla_server.multimodal.pixel_cache import PixelCache

@@ -29,14 +29,14 @@ from urllib.parse import unquote, urlparse
 import numpy as np
 from PIL import Image
 
-from vla_server.multimodal.image_decode import (
+from vla_frames.image_decode import (
     RgbFrame,
     array_to_rgb,
     as_pixels,
     check_pixel_count,
     decode_encoded_rgb,
 )
-from vla_server.multimodal.image_errors import ImageInputError
+from vla_frames.image_errors import ImageInputError
 from vla_server.multimodal.local_media import read_local_image
 from vla_server.multimodal.remote_media import fetch_image_url
 

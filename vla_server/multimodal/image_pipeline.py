@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vla_server.multimodal.image_decode import RgbFrame, as_pixels, frame_hw
-from vla_server.multimodal.image_errors import ImageInputError
-from vla_server.multimodal.image_hash import image_hash, parse_mm_hash
+from vla_frames.image_decode import RgbFrame, as_pixels, frame_hw
+from vla_frames.image_errors import ImageInputError
+from vla_frames.image_hash import image_hash, parse_mm_hash
 from vla_server.multimodal.image_input import (
     ImageItem,
     MediaPolicy,

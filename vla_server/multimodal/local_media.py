@@ -6,7 +6,7 @@ import os
 import stat
 from pathlib import Path
 
-from vla_server.multimodal.image_errors import ImageInputError
+from vla_frames.image_errors import ImageInputError
 
 
 def read_local_image(path_text: str, allowed_dir: str, max_bytes: int) -> bytes:

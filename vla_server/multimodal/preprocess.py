@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from vla_server.multimodal.image_decode import RgbFrame, as_pixels, frame_hw
+from vla_frames.image_decode import RgbFrame, as_pixels, frame_hw
 from vla_server.multimodal.preprocess_config import PreprocessConfig
 from vla_server.multimodal.resize import resize_rgb
 from vla_server.multimodal.value_tables import look_up, value_tables

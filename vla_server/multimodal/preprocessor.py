@@ -8,7 +8,7 @@ from typing import Protocol
 
 import numpy as np
 
-from vla_server.multimodal.image_decode import RgbFrame
+from vla_frames.image_decode import RgbFrame
 
 
 class ImagePreprocessor(Protocol):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vla_server.multimodal.image_hash import pad_ids_for_image
+from vla_frames.image_hash import pad_ids_for_image
 
 
 @dataclass(frozen=True)

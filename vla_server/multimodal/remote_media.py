@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from vla_server.multimodal.image_errors import ImageInputError
+from vla_frames.image_errors import ImageInputError
 
 MAX_REDIRECTS = 3
 

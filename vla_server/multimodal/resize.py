@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vla_server.multimodal.image_decode import RgbFrame, as_pil, as_pixels
+from vla_frames.image_decode import RgbFrame, as_pil, as_pixels
 
 _TORCH_FILTERS = {2: "bilinear", 3: "bicubic"}  # PIL.Image.Resampling value -> torch mode
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from vla_server.multimodal.image_decode import RgbFrame, as_pil, frame_hw
+from vla_frames.image_decode import RgbFrame, as_pil, frame_hw
 from vla_server.multimodal.preprocess import short_side_hw
 from vla_server.multimodal.preprocess_config import settings_digest
 from vla_server.multimodal.resize import resize_rgb

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vla_server.multimodal.image_decode import RgbFrame, as_pixels
+from vla_frames.image_decode import RgbFrame, as_pixels
 from vla_server.multimodal.preprocess_config import settings_digest
 
 

@@ -23,8 +23,8 @@ import zlib
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from vla_server.multimodal.image_errors import ImageInputError
-from vla_server.multimodal.image_header import read_declared_size
+from vla_frames.image_errors import ImageInputError
+from vla_frames.image_header import read_declared_size
 
 # RGB uint8 pixels: an [H, W, 3] array, or a loaded PIL image in mode "RGB".
 RgbFrame = np.ndarray | Image.Image
