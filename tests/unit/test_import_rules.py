@@ -7,6 +7,7 @@ from vla_server, nor torch or transformers, and the server imports nothing from 
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -128,6 +129,43 @@ def _forbidden_reached(graph: ModuleGraph, roots: list[str], forbidden: tuple[st
         root = next(r for r in roots if graph.path(r, module))
         chains.append(" -> ".join(graph.path(root, module)))
     return "\n".join(chains)
+
+
+GENERIC_PACKAGES = (
+    *LEAF_PACKAGES,
+    *PROCESS_PACKAGES,
+    "vla_server.entrypoints",
+    "vla_server.io_struct",
+    "vla_server.config",
+)
+# A family's own names: they belong in its folder under vla_server/policies/.
+FAMILY_WORDS = re.compile(r"openvla|prismatic|paligemma|pi0|pi05|smolvla", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("package", GENERIC_PACKAGES)
+def test_generic_packages_import_no_policy_family(graph, package):
+    """Only the family-neutral part of `policies` (base, registry) is theirs to import."""
+    neutral = ("vla_server.policies.base", "vla_server.policies.registry", "vla_server.policies")
+    bad = [
+        f"{m} -> {t}"
+        for m in _modules(graph, package)
+        for t in graph.imports.get(m, ())
+        if in_package(t, "vla_server.policies") and t not in neutral
+    ]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("package", GENERIC_PACKAGES)
+def test_no_family_is_named_outside_its_folder(package):
+    root = ROOT / package.replace(".", "/")
+    files = [root.with_suffix(".py")] if root.with_suffix(".py").is_file() else root.rglob("*.py")
+    named = [
+        f"{f.relative_to(ROOT)}:{n}: {line.strip()}"
+        for f in files
+        for n, line in enumerate(f.read_text().splitlines(), 1)
+        if FAMILY_WORDS.search(line)
+    ]
+    assert not named, named
 
 
 def test_the_live_bridge_node_never_imports_rosbags(graph):

@@ -31,9 +31,9 @@ def main(argv: list[str] | None = None) -> None:
             print(f"vla-server: error: {e}", file=sys.stderr)
             raise SystemExit(1) from None
     else:
-        from vla_server.policies.llava.demo import make_demo_model
+        from vla_server.policies.registry import build_demo_checkpoint
 
-        print(make_demo_model(ns.out_dir))
+        print(build_demo_checkpoint(ns.out_dir))
 
 
 if __name__ == "__main__":

@@ -82,9 +82,9 @@ class Node:
 def resolve_model_path(args: ServerArgs) -> ServerArgs:
     if args.model_path is not None:
         return args
-    from vla_server.policies.llava.demo import demo_model_path
+    from vla_server.policies.registry import default_checkpoint
 
-    return replace(args, model_path=str(demo_model_path()))
+    return replace(args, model_path=str(default_checkpoint()))
 
 
 def stop_processes(procs: list[BaseProcess], timeout: float = 3.0) -> None:

@@ -58,6 +58,19 @@ def detect(folder: str | Path) -> PolicyFamily:
     )
 
 
+def default_checkpoint() -> Path:
+    """The embedded demo VLA the node serves when no --model-path is given (built offline)."""
+    from vla_server.policies.llava.demo import demo_model_path
+
+    return demo_model_path()
+
+
+def build_demo_checkpoint(out_dir: str | Path) -> Path:
+    from vla_server.policies.llava.demo import make_demo_model
+
+    return make_demo_model(out_dir)
+
+
 def import_plugins(modules: tuple[str, ...]) -> None:
     """Import the modules that register families living outside this package."""
     for module in modules:
