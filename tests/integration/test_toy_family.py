@@ -63,10 +63,11 @@ def test_v1_actions_serves_the_toy_chunk(toy_server):
         r = c.post("/v1/actions", json={"instruction": "stack the cups", "state": STATE, "seed": 7})
         bad = c.post("/v1/actions", json={"instruction": "x", "state": [1.0], "seed": 7})
         info = c.get("/model_info").json()
+    folder = Path(info["model_path"])
     assert r.status_code == 200, r.text
     out = r.json()
     assert out["finish_reason"] == "actions" and out["num_actions"] == SETTINGS["chunk_size"]
-    expected = reference_chunk(toy_server_folder(c), "stack the cups\n", STATE, 7)
+    expected = reference_chunk(folder, "stack the cups\n", STATE, 7)
     np.testing.assert_allclose(np.asarray(out["actions"]), expected, rtol=0, atol=1e-4)
     assert bad.status_code == 400 and bad.json()["error"]["field"] == "state"
     assert info["actions"]["kind"] == "toy"
@@ -81,14 +82,11 @@ def test_generate_and_the_openpi_websocket_give_the_same_chunk(toy_server):
             json={"text": "stack the cups\n", "num_actions": 2, "state": STATE,
                   "sampling_params": {"seed": 11}},
         )  # fmt: skip
+        folder = Path(c.get("/model_info").json()["model_path"])
     assert gen.status_code == 200, gen.text
     client = websocket_client_policy.WebsocketClientPolicy("127.0.0.1", toy_server.port)
     assert client.get_server_metadata()["action_horizon"] == SETTINGS["chunk_size"]
     ws = client.infer({"prompt": "stack the cups", "state": np.asarray(STATE), "seed": 11})
-    expected = reference_chunk(toy_server_folder(c), "stack the cups\n", STATE, 11)
+    expected = reference_chunk(folder, "stack the cups\n", STATE, 11)
     np.testing.assert_allclose(np.asarray(gen.json()["actions"]), expected[:2], atol=1e-4)
     np.testing.assert_allclose(ws["actions"], expected, atol=1e-4)
-
-
-def toy_server_folder(client) -> Path:
-    return Path(client.get("/model_info").json()["model_path"])

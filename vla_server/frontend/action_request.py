@@ -128,7 +128,8 @@ async def action_item(
     )
     prompt = await policy.query_prompt(query, tm.text_encoder)
     timing.prompt_ms = timing.since_start()
-    return GenerateItem(
+    # With the node's and the session's defaults now, so the reply names what the query used.
+    item = GenerateItem(
         rid=body.rid or uuid.uuid4().hex,
         sampling_params=parse_sampling(
             {"temperature": body.temperature, "seed": body.seed}, tm.limits
@@ -142,6 +143,7 @@ async def action_item(
         relaxed_decoding=body.relaxed_decoding,
         state=prompt.state,
     )
+    return tm.sessions.apply(item, robot=True)
 
 
 async def stream_actions(
