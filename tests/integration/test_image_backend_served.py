@@ -1,6 +1,6 @@
 """`--image-backend torch` served: greedy generation with images equals transformers' own LLaVA
 fed with pixel values from its torchvision backend's arithmetic (spelled out with plain torch ops
-in `tests/helpers/torchvision_backend.py`), and the node reports that backend's preprocess digest,
+in `tests/support/torchvision_backend.py`), and the node reports that backend's preprocess digest,
 under which the documented image hash names its frames."""
 
 from __future__ import annotations

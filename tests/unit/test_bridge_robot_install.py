@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from ros_bridge import compat
-from tests.unit.import_graph import ROOT
+from tests.support.import_graph import ROOT
 
 SERVER_SIDE = ("vla_server", "torch", "transformers")
 

@@ -2,7 +2,7 @@
 
 Each sample message is built once with the shim's classes; `to_rosbags` rebuilds it as a rosbags
 object by walking rosbags' own message definitions, so field names and types come from rosbags
-(its Jazzy store, plus the parameter services from their .srv files: tests/helpers/ros_reference).
+(its Jazzy store, plus the parameter services from their .srv files: tests/support/ros_reference).
 """
 
 from __future__ import annotations
