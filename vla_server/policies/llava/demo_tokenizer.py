@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import itertools
 
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Tokenizer
 from transformers import PreTrainedTokenizerFast
+
+from vla_server.model.tokenizer import train_byte_level_bpe
 
 PAD, BOS, EOS = "<|pad|>", "<|bos|>", "<|eos|>"
 IM_START, IM_END, IMAGE = "<|im_start|>", "<|im_end|>", "<image>"
@@ -92,16 +94,7 @@ def demo_corpus() -> list[str]:
 
 
 def _train_bpe() -> Tokenizer:
-    tok = Tokenizer(models.BPE(unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=BPE_VOCAB_SIZE,
-        special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(demo_corpus(), trainer)
+    tok = train_byte_level_bpe(demo_corpus(), BPE_VOCAB_SIZE, SPECIAL_TOKENS)
     # Highest bin index first, so the last id of the vocabulary is `<act_0>` (OpenVLA order).
     tok.add_tokens(
         [

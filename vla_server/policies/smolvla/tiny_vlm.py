@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, SmolVLMConfig
+
+from vla_server.model.tokenizer import train_byte_level_bpe
 
 SPECIAL_TOKENS = (
     "<|endoftext|>",
@@ -42,16 +43,7 @@ TEXT_LAYERS = 6
 
 def build_tokenizer() -> PreTrainedTokenizerFast:
     """A byte-level BPE with SmolVLM2's special tokens (ids 0-6), trained on `CORPUS`."""
-    tok = Tokenizer(models.BPE(unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE,
-        special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(list(CORPUS) * 4, trainer)
+    tok = train_byte_level_bpe(list(CORPUS) * 4, VOCAB_SIZE, SPECIAL_TOKENS)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token="<|im_start|>",
