@@ -29,7 +29,7 @@ from tests.support.images import png_base64, random_rgb
 from tests.support.pi0fast_reference import lerobot_pixels
 from tests.support.server import module_server
 from vla_server.policies.pi0.tiny import CHUNK, MAX_DIM, pi0_model_path
-from vla_server.policies.pi0fast.tiny import ACTION_DIM, CAMERAS, IMAGE_SIZE
+from vla_server.policies.pi_common.tiny_paligemma import ACTION_DIM, CAMERAS, IMAGE_SIZE
 
 CAMERA_SETS = [
     {CAMERAS[0]: random_rgb(40, 60, seed=1), CAMERAS[1]: random_rgb(28, 28, seed=2)},
