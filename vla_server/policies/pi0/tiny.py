@@ -1,11 +1,12 @@
 """Tiny random-weight pi0 and pi0.5 checkpoints in LeRobot's and openpi's folder layouts.
 
 The backbone, tokenizer, cameras, state/action sizes and statistics are the pi families'
-shared tiny ones (`pi_common/tiny_paligemma.py`, `pi_common/tiny_text_tokenizer.py`): PaliGemma with Gemma width 64, 2 layers, 4 query heads and
-1 KV head of 16, SigLIP at 28 px = 4 tokens per camera, two cameras, a 4-dim state, a 3-dim
-action, max dims 32. The action expert is a Gemma of width 32, MLP 64 and the backbone's depth
-and heads, described by a `dit_config` (transformers' `PI0Config.dit_config`); chunks of 4,
-10 Euler steps. Weights are drawn with a fixed seed and a wide spread, so outputs are not near 0.
+shared tiny ones (`pi_common/tiny_paligemma.py`, `pi_common/tiny_text_tokenizer.py`):
+PaliGemma with Gemma width 64, 2 layers, 4 query heads and 1 KV head of 16, SigLIP at 28 px =
+4 tokens per camera, two cameras, a 4-dim state, a 3-dim action, max dims 32. The action
+expert is a Gemma of width 32, MLP 64 and the backbone's depth and heads, described by a
+`dit_config` (transformers' `PI0Config.dit_config`); chunks of 4, 10 Euler steps. Weights are
+drawn with a fixed seed and a wide spread, so outputs are not near 0.
 
 Layouts (`pi0_model_path(kind, layout)`):
 
