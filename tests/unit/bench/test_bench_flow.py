@@ -9,23 +9,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from vla_server.bench import __main__ as bench_main
+from tests.support.bench_cli import bench_args
 from vla_server.bench import flow
 from vla_server.policies.registry import DEFAULT_DENOISING_TINY, tiny_checkpoints
 
 
 def parse(monkeypatch: pytest.MonkeyPatch, *argv: str) -> argparse.Namespace:
-    seen: list[argparse.Namespace] = []
-    monkeypatch.setattr(flow, "run", seen.append)
-    monkeypatch.setattr(sys, "argv", ["python -m vla_server.bench", "flow", *argv])
-    bench_main.main()
-    (args,) = seen
-    return args
+    return bench_args(monkeypatch, flow, "flow", *argv)
 
 
 def test_tiny_names_come_from_the_families(monkeypatch: pytest.MonkeyPatch):

@@ -9,24 +9,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from vla_server.bench import __main__ as bench_main
+from tests.support.bench_cli import bench_args
 from vla_server.bench import multimodal
 
 ROUNDS = 2
 
 
 def parse(monkeypatch: pytest.MonkeyPatch, *argv: str) -> argparse.Namespace:
-    seen: list[argparse.Namespace] = []
-    monkeypatch.setattr(multimodal, "run", seen.append)
-    monkeypatch.setattr(sys, "argv", ["python -m vla_server.bench", "multimodal", *argv])
-    bench_main.main()
-    (args,) = seen
-    return args
+    return bench_args(monkeypatch, multimodal, "multimodal", *argv)
 
 
 def test_command_line_defaults_and_options(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
