@@ -56,6 +56,7 @@ from vla_server.io_struct import (
     tokenizer_input_decoder,
 )
 from vla_server.metrics import ServerMetrics
+from vla_server.multimodal.state_pad import state_pad_id
 from vla_server.policies.base import ActionAsk, PolicyFrontend, PromptPlan
 from vla_server.policies.registry import checkpoint_tokenizer, from_info, import_plugins
 from vla_server.process_utils import zmq_socket
@@ -319,6 +320,10 @@ class TokenizerManager:
         ids, mm_items = await self.mm.expand(item, ids, field)
         check_prompt_length(len(ids), self.limits, field)
         plan = self._plan(item, len(ids))
+        if plan.state_position is not None and plan.state is not None:
+            # The state is the prompt's token there: its id keys the prefix cache by the state.
+            ids = list(ids)
+            ids[plan.state_position] = state_pad_id(plan.state, self.limits.vocab_size)
         params = item.sampling_params
         if plan.max_new_tokens is not None:
             params = msgspec.structs.replace(
@@ -354,6 +359,7 @@ class TokenizerManager:
             position_shift=plan.position_shift,
             relaxed_decoding=item.relaxed_decoding,
             state=None if plan.state is None else Tensor.from_numpy(plan.state),
+            state_position=plan.state_position,
         )
 
     def _plan(self, item: GenerateItem, prompt_len: int) -> PromptPlan:
