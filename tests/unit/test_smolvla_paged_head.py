@@ -98,8 +98,10 @@ def test_the_engines_prefill_writes_the_model_halfs_prefix_kv():
         mask[: len(ids) - len(text) - 1] = mask[-1] = True
         row = runner.req_to_token_pool.alloc()
         slots = runner.kv_pool.allocator.alloc(len(ids))
-        fb = runner.build_forward_batch([row], [0], [ids], slots, input_embeds=embeds,
-                                        input_embeds_mask=mask, prefix_lm_lens=[len(ids) - 1])  # fmt: skip
+        fb = runner.build_forward_batch(
+            [row], [0], [ids], slots, input_embeds=embeds, input_embeds_mask=mask,
+            prefix_lm_lens=[len(ids) - 1],
+        )  # fmt: skip
         runner.forward(fb, next_token_logits=False)
         assert len(ids) == int(expected.lens[0]), n
         for layer in range(expected.num_layers):
