@@ -56,7 +56,7 @@ from vla_server.io_struct import (
     tokenizer_input_decoder,
 )
 from vla_server.metrics import ServerMetrics
-from vla_server.multimodal.state_pad import state_pad_id
+from vla_server.multimodal.state_pad import with_state_pad_id
 from vla_server.policies.base import ActionAsk, PolicyFrontend, PromptPlan
 from vla_server.policies.registry import checkpoint_tokenizer, from_info, import_plugins
 from vla_server.process_utils import zmq_socket
@@ -310,9 +310,8 @@ class TokenizerManager:
         return msg
 
     async def _tokenize(self, item: GenerateItem, received: float) -> TokenizedGenerateReqInput:
-        """The wire request of `item`: the only place one is built. `received` (the request's
-        arrival, before any pause wait and image decoding) is when a `deadline_ms` without
-        `capture_time` starts counting."""
+        """The wire request of `item`, the only place one is built. A `deadline_ms` without
+        `capture_time` counts from `received` (arrival, before pause waits, image decoding)."""
         assert self.limits is not None
         ids, embeds, field = await self._prompt_ids(item)
         if item.num_actions:
@@ -320,10 +319,7 @@ class TokenizerManager:
         ids, mm_items = await self.mm.expand(item, ids, field)
         check_prompt_length(len(ids), self.limits, field)
         plan = self._plan(item, len(ids))
-        if plan.state_position is not None and plan.state is not None:
-            # The state is the prompt's token there: its id keys the prefix cache by the state.
-            ids = list(ids)
-            ids[plan.state_position] = state_pad_id(plan.state, self.limits.vocab_size)
+        ids = with_state_pad_id(ids, plan.state_position, plan.state, self.limits.vocab_size)
         params = item.sampling_params
         if plan.max_new_tokens is not None:
             params = msgspec.structs.replace(
@@ -335,9 +331,8 @@ class TokenizerManager:
             raise RequestError(
                 f"must be smaller than the prompt length {len(ids)}", field="logprob_start_len"
             )
-        deadline = None
-        if item.deadline_ms is not None:
-            deadline = (item.capture_time or received) + item.deadline_ms / 1000
+        start = item.capture_time or received
+        deadline = None if item.deadline_ms is None else start + item.deadline_ms / 1000
         return TokenizedGenerateReqInput(
             rid=item.rid,
             input_ids=ids,

@@ -29,3 +29,12 @@ def state_pad_id(state: np.ndarray, vocab_size: int) -> int:
     digest.update(f"{a.dtype.str}{list(a.shape)}".encode())
     digest.update(a.tobytes())
     return vocab_size + (int.from_bytes(digest.digest(), "big") & _MASK)
+
+
+def with_state_pad_id(
+    ids: list[int], position: int | None, state: np.ndarray | None, vocab_size: int
+) -> list[int]:
+    """`ids` with the state's pad id at `position` (the same list when there is none)."""
+    if position is None or state is None:
+        return ids
+    return [*ids[:position], state_pad_id(state, vocab_size), *ids[position + 1 :]]
