@@ -6,13 +6,19 @@
 * the engine's decoder (`ModelRunner`, the family's decoder config and layout), prefilling the
   engine's prompt (image features from the family's vision encoder, the text ids, the state
   token's embedding from the head, `prefix_lm_len` = length - 1), writes the model half's
-  post-RoPE K/V of every layer into the pool.
+  post-RoPE K/V of every layer into the pool;
+* the engine loads the bare and mixed-dtype folders as the model half does, and refuses a
+  folder with a missing or foreign tensor (expert, decoder, vision, elsewhere) naming it.
 """
 
 from __future__ import annotations
 
+import re
+import shutil
+
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from tests.support import smolvla_cases as sc
 from vla_server.mem_cache.kv_pool import ReqToTokenPool, TokenToKVPool
@@ -21,7 +27,7 @@ from vla_server.model.paged_prefix import PagedPrefix
 from vla_server.policies.registry import detect
 from vla_server.policies.smolvla import PrefixKV
 from vla_server.policies.smolvla.family import SmolVLAFamily
-from vla_server.policies.smolvla.tiny import CAMERAS
+from vla_server.policies.smolvla.tiny import CAMERAS, TinySpec
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -109,3 +115,43 @@ def test_the_engines_prefill_writes_the_model_halfs_prefix_kv():
             want_k, want_v = expected.layer_tokens(0, layer)
             torch.testing.assert_close(k[slots], want_k, atol=1e-5, rtol=0)
             torch.testing.assert_close(v[slots], want_v, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("layout", ["bare", "mixed"])
+def test_the_engine_loads_bare_and_mixed_dtype_folders_as_the_model_half(layout):
+    spec = TinySpec(prefixed=False) if layout == "bare" else TinySpec(mixed_dtypes=True)
+    folder = sc.tiny_folder(spec)
+    runner = ModelRunner(detect(folder), device="cpu", dtype="float32", max_total_tokens=64,
+                         max_running_requests=2, progress=False)  # fmt: skip
+    model = sc.policy(spec).model
+    assert runner.config.num_layers == model.config.text.num_layers == 4
+    ours = runner.model.layers[3].self_attn.o_proj.weight
+    assert torch.equal(ours, model.prefix.layers[3].self_attn.o_proj.weight)
+    head = runner.head.expert.layers[1].self_attn.k_proj.weight
+    assert torch.equal(head, model.expert.layers[1].self_attn.k_proj.weight)
+
+
+@pytest.mark.parametrize(
+    ("mutation", "named"),
+    [
+        ("drop", "model.vlm_with_expert.lm_expert.layers.3.mlp.up_proj.weight"),
+        ("drop", "model.vlm_with_expert.vlm.model.text_model.layers.2.mlp.up_proj.weight"),
+        ("drop", "model.vlm_with_expert.vlm.model.vision_model.post_layernorm.bias"),
+        ("add", "model.vlm_with_expert.lm_expert.layers.0.self_attn.extra.weight"),
+        ("add", "model.vlm_with_expert.vlm.model.text_model.layers.4.mlp.up_proj.weight"),
+        ("add", "model.vlm_with_expert.vlm.model.vision_model.extra.weight"),
+        ("add", "model.some_other_head.weight"),
+    ],
+)
+def test_the_engine_refuses_a_mutated_folder_naming_the_tensor(tmp_path, mutation, named):
+    folder = shutil.copytree(sc.tiny_folder(), tmp_path / "mutated")
+    tensors = load_file(folder / "model.safetensors")
+    if mutation == "drop":
+        del tensors[named]
+    else:
+        tensors[named] = torch.zeros(4, 4)
+    save_file(tensors, folder / "model.safetensors")
+    short = named.removeprefix("model.").split("vlm.model.", 1)[-1].removeprefix("text_model.")
+    with pytest.raises(ValueError, match=re.escape(short)):
+        ModelRunner(detect(folder), device="cpu", dtype="float32", max_total_tokens=64,
+                    max_running_requests=2, progress=False)  # fmt: skip

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from vla_server.model.weight_loader import check_module_tensors, load_tensors_with_prefix
+from vla_server.model.weight_loader import check_names_and_shapes, load_tensors_with_prefix
 from vla_server.policies.smolvla.config import SmolVLAConfig
 from vla_server.policies.smolvla.vision import Connector, VisionEncoder
 from vla_server.policies.smolvla.weights import LEROBOT_PREFIX, VLM
@@ -55,15 +55,24 @@ class PagedVisionEncoder(nn.Module):
         return list((tokens * scale).unbind(0))
 
     def read_weights(self, model_path: str | Path) -> dict[str, torch.Tensor]:
-        """The folder's vision and connector tensors under this module's names, checked."""
+        """The folder's vision and connector tensors under this module's names, checked (a
+        problem names the checkpoint's tensor, without `model.`)."""
         prefixes = tuple(theirs for theirs, _ in RENAMES)
         loaded = load_tensors_with_prefix(model_path, prefixes, strip=(LEROBOT_PREFIX,))
-        tensors = {}
-        for name, tensor in loaded.items():
-            theirs, ours = next((t, o) for t, o in RENAMES if name.startswith(t))
-            tensors[ours + name[len(theirs) :]] = tensor
-        check_module_tensors(self, tensors, "vision encoder")
-        return tensors
+        expected = {_checkpoint_name(n): tuple(t.shape) for n, t in self.state_dict().items()}
+        found = {name: tuple(t.shape) for name, t in loaded.items()}
+        check_names_and_shapes(expected, found, "vision encoder")
+        return {_module_name(name): tensor for name, tensor in loaded.items()}
 
     def load_weights(self, tensors: dict[str, torch.Tensor]) -> None:
         self.load_state_dict(tensors, strict=True, assign=False)
+
+
+def _module_name(checkpoint: str) -> str:
+    theirs, ours = next((t, o) for t, o in RENAMES if checkpoint.startswith(t))
+    return ours + checkpoint[len(theirs) :]
+
+
+def _checkpoint_name(module: str) -> str:
+    theirs, ours = next((t, o) for t, o in RENAMES if module.startswith(o))
+    return theirs + module[len(ours) :]
