@@ -200,6 +200,9 @@ def test_generate_and_the_openpi_websocket_give_the_same_chunk(smolvla_server):
         r = c.post("/generate", json=body)
     assert r.status_code == 200, r.text
     assert r.json()["actions"] == expected and r.json()["output_ids"] == []
+    # The same observation as the /v1/actions query just before: the whole prompt is cached.
+    meta = r.json()["meta_info"]
+    assert meta["cached_tokens"] == meta["prompt_tokens"] > 0
     client = websocket_client_policy.WebsocketClientPolicy("127.0.0.1", smolvla_server.port)
     assert client.get_server_metadata()["action_horizon"] == CHUNK
     obs = {f"observation/{name}": frames[name] for name in NAMES}
