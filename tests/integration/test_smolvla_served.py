@@ -39,6 +39,8 @@ smolvla_server = module_server(smolvla_model_path)
 # A prefill budget of about one prompt a step: a batch's prompts are admitted one after another,
 # so their chunks denoise in shared passes at different steps.
 staggered_server = module_server(smolvla_model_path, "--chunked-prefill-size", "40")
+# LeRobot's empty_cameras: 1 adds a masked empty camera slot (and masks a missing camera).
+empty_camera_server = module_server(lambda: smolvla_model_path(empty_cameras=1))
 
 
 def _body(c: int, i: int, s: int, seed: int) -> dict:
@@ -60,18 +62,19 @@ def _internal(server) -> dict:
 
 
 @cache
-def _policy() -> SmolVLAPolicy:
-    return SmolVLAPolicy.from_folder(smolvla_model_path())
+def _policy(empty_cameras: int = 0) -> SmolVLAPolicy:
+    return SmolVLAPolicy.from_folder(smolvla_model_path(empty_cameras=empty_cameras))
 
 
-def _expected(c: int, i: int | str, s: int, seed: int) -> np.ndarray:
+def _expected(c: int, i: int | str, s: int, seed: int, empty_cameras: int = 0) -> np.ndarray:
     """The model half's chunk [CHUNK, ACTION_DIM] (robot units) for the same inputs
     (`i`: an instruction's index, or the instruction)."""
     instruction = INSTRUCTIONS[i] if isinstance(i, int) else i
     images = {f"observation.images.{name}": torch.from_numpy(im).permute(2, 0, 1)[None]
               for name, im in CAMERA_SETS[c].items()}  # fmt: skip
     obs = Observation(images, torch.tensor([STATES[s]]), [instruction])
-    return _policy().predict_action_chunk(obs, seeds=[seed])[0].numpy()
+    policy = _policy(empty_cameras)
+    return policy.predict_action_chunk(obs, seeds=[seed])[0].numpy()
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"cams{c}-task{i}-state{s}" for c, i, s in CASES])
@@ -83,6 +86,17 @@ def test_actions_equal_the_model_half(smolvla_server, case):
     expected = _expected(*case, seed=seed)
     assert np.abs(expected).max() > 0.5
     np.testing.assert_allclose(np.asarray(out["actions"]), expected, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("c", [0, 2, 3])
+def test_an_empty_cameras_folder_serves_what_lerobot_computes(empty_camera_server, c):
+    """With empty_cameras 1 LeRobot's prefix has masked slots (the empty camera, a missing
+    one); the node leaves them out, which is the same computation."""
+    out = _post(empty_camera_server, _body(c, 1, 0, seed=80 + c))
+    expected = _expected(c, 1, 0, seed=80 + c, empty_cameras=1)
+    np.testing.assert_allclose(np.asarray(out["actions"]), expected, rtol=0, atol=1e-5)
+    text = len(_policy().processor.tokenizer(INSTRUCTIONS[1] + "\n")["input_ids"])
+    assert out["usage"]["prompt_tokens"] == 16 * len(CAMERA_SETS[c]) + text + 1
 
 
 def test_prompt_lengths_follow_the_cameras_present(smolvla_server):

@@ -75,11 +75,12 @@ def build_tiny_smolvla(folder: str | Path, spec: TinySpec = TinySpec()) -> Path:
     return folder
 
 
-def smolvla_model_path(seed: int = 0) -> Path:
-    """The tiny folder (`TinySpec(seed)`: two cameras, `model.`-prefixed keys), built into the
-    checkpoint cache on first use."""
-    name = f"tiny-smolvla-v{VERSION}-{seed}"
-    return cached_folder(name, lambda out: build_tiny_smolvla(out, TinySpec(seed=seed)))
+def smolvla_model_path(seed: int = 0, empty_cameras: int = 0) -> Path:
+    """The tiny folder (`TinySpec(seed, empty_cameras=...)`: two cameras, `model.`-prefixed
+    keys), built into the checkpoint cache on first use."""
+    spec = TinySpec(seed=seed, empty_cameras=empty_cameras)
+    name = f"tiny-smolvla-v{VERSION}-{seed}" + (f"-empty{empty_cameras}" if empty_cameras else "")
+    return cached_folder(name, lambda out: build_tiny_smolvla(out, spec))
 
 
 def random_tensors(
