@@ -1,5 +1,6 @@
 """Pause/continue and weight updates over the rpc channel, on a live node. (A flush refused
-while requests run is a unit test on the scheduling core: tests/unit/test_sched_control.py.)"""
+while requests run is a unit test on the scheduling core:
+tests/unit/scheduler/test_sched_control.py.)"""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ never runs, and the client, the request counters and the deadline-miss counter a
 
 The scheduling rules (hopeless requests ended early under overload, waiting or running; one
 that can make its deadline left alone; latest frame wins, even with a full queue) are unit
-tests on the scheduling core: tests/unit/test_sched_deadlines.py.
+tests on the scheduling core: tests/unit/scheduler/test_sched_deadlines.py.
 """
 
 from __future__ import annotations

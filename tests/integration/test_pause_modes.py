@@ -5,7 +5,7 @@ every stream has delivered tokens before the pause, and the paused node stays as
 
 The other modes and their rules (`in_place` keeps requests resident and refuses flush and
 weight updates; `abort`; a weight update flushes the cache) are unit tests on the scheduling
-core: tests/unit/test_sched_control.py."""
+core: tests/unit/scheduler/test_sched_control.py."""
 
 from __future__ import annotations
 

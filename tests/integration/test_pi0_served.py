@@ -29,7 +29,7 @@ from tests.support.images import png_base64, random_rgb
 from tests.support.pi0fast_reference import lerobot_pixels
 from tests.support.server import module_server
 from vla_server.policies.pi0.tiny import CHUNK, MAX_DIM, pi0_model_path
-from vla_server.policies.pi0fast.tiny import ACTION_DIM, CAMERAS, IMAGE_SIZE
+from vla_server.policies.pi_common.tiny_paligemma import ACTION_DIM, CAMERAS, IMAGE_SIZE
 
 CAMERA_SETS = [
     {CAMERAS[0]: random_rgb(40, 60, seed=1), CAMERAS[1]: random_rgb(28, 28, seed=2)},
@@ -126,6 +126,12 @@ def test_only_the_openpi_layout_cleans_the_pi0_task(pi0_server, pi0_openpi_serve
     assert lerobot[0]["actions"] != lerobot[1]["actions"]
 
 
+def _work(internal: dict) -> tuple[dict[str, int], dict[str, float]]:
+    """The model runner's counters and its seconds per phase."""
+    counters = dict(internal["model_counters"])
+    return counters, counters.pop("seconds")
+
+
 def test_design_counters_and_the_untouched_pool(pi0_server):
     body = {**_body(1, 0, 1, seed=5), "instruction": "wipe the table"}  # a prompt not seen yet
     before = _internal(pi0_server)
@@ -134,13 +140,19 @@ def test_design_counters_and_the_untouched_pool(pi0_server):
     again = _post(pi0_server, body)
     after = _internal(pi0_server)
     prompt = first["usage"]["prompt_tokens"]
-    d1 = {k: mid["model_counters"][k] - before["model_counters"][k] for k in mid["model_counters"]}
-    d2 = {k: after["model_counters"][k] - mid["model_counters"][k] for k in mid["model_counters"]}
+    (c0, s0), (c1, s1), (c2, s2) = _work(before), _work(mid), _work(after)
+    d1 = {k: c1[k] - c0[k] for k in c1}
+    d2 = {k: c2[k] - c1[k] for k in c1}
     # The VLM ran over the prompt once; the expert ran once per Euler step.
     assert d1 == {"vlm_tokens": prompt, "expert_passes": 10, "expert_rows": 10}
     # The repeat (same frames, prompt, state) reused the whole prefix: no VLM work at all.
     assert again["usage"]["cached_tokens"] == prompt
     assert d2 == {"vlm_tokens": 0, "expert_passes": 10, "expert_rows": 10}
+    # The phase clocks agree: the first chunk spent time in the decoder and the action head,
+    # the repeat only in the action head (its images came with the cached prefix).
+    assert all(s1[p] > s0.get(p, 0.0) for p in ("decoder", "action_head"))
+    assert (s2.get("vision"), s2["decoder"]) == (s1.get("vision"), s1["decoder"])
+    assert s2["action_head"] > s1["action_head"]
     # The same seed gives a bit-identical chunk; only the prompt's KV stays (as cache).
     assert again["actions"] == first["actions"]
     for state in (mid, after):

@@ -26,14 +26,8 @@ from tests.support.families import family_tokenizer
 from tests.support.images import png_base64, random_rgb
 from tests.support.server import module_server
 from tests.support.sse import stream_generate
-from vla_server.policies.pi0fast.tiny import (
-    CAMERAS,
-    FAST_VOCAB,
-    IMAGE_SIZE,
-    MAX_DECODING_STEPS,
-    SKIP,
-    pi0fast_model_path,
-)
+from vla_server.policies.pi0fast.tiny import MAX_DECODING_STEPS, pi0fast_model_path
+from vla_server.policies.pi_common.tiny_paligemma import CAMERAS, FAST_VOCAB, IMAGE_SIZE, SKIP
 
 FRAMES = [
     (random_rgb(40, 60, seed=1), random_rgb(28, 28, seed=2)),

@@ -11,7 +11,7 @@ rhythm is learned (its period is in the internal state) and the window around th
 kept clear as well, which holds the lows more and changes no token either.
 
 The rules themselves (the hold bound, the step-time model) are unit tests on the scheduling
-core: tests/unit/test_sched_isolation.py.
+core: tests/unit/scheduler/test_sched_isolation.py.
 """
 
 from __future__ import annotations

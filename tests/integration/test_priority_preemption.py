@@ -4,7 +4,8 @@ the retracted request still ends with the greedy output it has alone, and the re
 of the responses, the internal state and Prometheus agree.
 
 The rules themselves (the threshold, disabled preemption, low values first, the queue bound, KV
-pressure) are unit tests on the scheduling core: tests/unit/test_sched_priority_preempt.py.
+pressure) are unit tests on the scheduling core:
+tests/unit/scheduler/test_sched_priority_preempt.py.
 
 `meta_info.queue_steps` is the number of batches the scheduler launched between ingesting the
 request and launching the batch that carries its first prefill chunk; 0 means the request rode

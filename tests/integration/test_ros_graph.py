@@ -3,8 +3,8 @@
 `vla-bridge run` runs in its own process on the shim's DDS transport (no server is up, so it
 reports the server unavailable, which does not matter here); tests/support/ros2_peer.py plays
 a ROS 2 node (plain cyclonedds, rmw_cyclonedds' wire conventions, types written from the
-.msg/.srv files and checked against rosbags in tests/unit/test_ros2_peer_types.py). Everything
-runs on loopback with multicast off, in a random domain.
+.msg/.srv files and checked against rosbags in tests/unit/bridge/test_ros2_peer_types.py).
+Everything runs on loopback with multicast off, in a random domain.
 """
 
 from __future__ import annotations

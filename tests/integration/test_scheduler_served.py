@@ -1,7 +1,7 @@
 """Scheduler behaviours through a live node, against transformers: a request ends on the
 checkpoint's EOS, one that can never fit the KV pool is refused with a 4xx naming the limit, and
 prompt logprobs start at logprob_start_len. (Aborting waiting and running requests is a unit
-test on the scheduling core: tests/unit/test_sched_core.py.)
+test on the scheduling core: tests/unit/scheduler/test_sched_core.py.)
 
 The node serves a copy of the tiny Llama whose EOS is a token that greedy decoding of PROMPT
 produces (found with transformers first), with a 300-token KV pool and one running request.

@@ -5,7 +5,7 @@ robot defaults (priority, deadline, unnorm key) fill the requests that leave the
 
 The scheduling rules (offset, replace, drop_previous_output, branching, busy sessions, turns
 that never ran, supersede, capacity, pins under KV pressure and their bound, idle reaping) are
-unit tests on the scheduling core: tests/unit/test_sched_sessions.py.
+unit tests on the scheduling core: tests/unit/scheduler/test_sched_sessions.py.
 """
 
 from __future__ import annotations

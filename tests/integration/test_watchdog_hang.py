@@ -1,8 +1,9 @@
 """A child that stops making progress (SIGSTOP, here, while a stream waits on it) is found hung
 within --watchdog-timeout: /health stops answering 200, the node logs which process hung and
 exits non-zero, as it does for a dead child (test_process_model.py). That an idle or paused
-child is never taken for a hung one is a unit test on a fake clock (tests/unit/test_watchdog.py,
-test_sched_heartbeat.py): no wall-clock threshold here."""
+child is never taken for a hung one is a unit test on a fake clock
+(tests/unit/frontend/test_watchdog.py, tests/unit/scheduler/test_sched_heartbeat.py): no
+wall-clock threshold here."""
 
 from __future__ import annotations
 

@@ -3,8 +3,8 @@
 Written from the .msg/.srv definitions (rcl_interfaces, rmw_dds_common, builtin_interfaces,
 std_msgs, diagnostic_msgs) and rmw_cyclonedds' conventions, not from the shim: DDS type names
 `pkg::msg::dds_::Name_`, final structs, `char` as uint8, a service's request and reply with the
-request header `uint64 guid, int64 seq` in front. tests/unit/test_ros2_peer_types.py checks their
-bytes against rosbags. Built with make_idl_struct: cyclonedds cannot resolve postponed
+request header `uint64 guid, int64 seq` in front. tests/unit/bridge/test_ros2_peer_types.py
+checks their bytes against rosbags. Built with make_idl_struct: cyclonedds cannot resolve postponed
 annotations here.
 """
 

@@ -12,8 +12,8 @@ baseline, in the same run) and reads off the ratios the control loop depends on:
 * priority:  a high-priority robot's TTFT / ITL P99 with 8 low-priority robots over alone;
 * bridge:    frame-to-first-action through the ROS 2 bridge over direct HTTP;
 * peer:      8 robots' throughput and one robot's latency against `transformers serve`;
-* flow:      pi0's time to the action chunk, prefix vs denoising share, 1/4/8 robots'
-             throughput and expert-pass width (`bench flow`).
+* flow:      a denoising policy's time to the action chunk (tiny `--tiny` default), its phase
+             shares, 1/4/8 robots' throughput and action-head pass width (`bench flow`).
 
 Writes `control.json` (every section's full result and the verdict rows) and `control.png`
 (each ratio against its target) under `--out`.
@@ -213,9 +213,10 @@ def peer(args: argparse.Namespace) -> tuple[list[Row], Any]:
 
 
 def flow(args: argparse.Namespace) -> tuple[list[Row], Any]:
-    """pi0 on its tiny checkpoint: the denoising passes of several robots batch, and that
-    batching shows as throughput (the time to the chunk and its phase shares are reported)."""
-    argv = ("--chunks", "4" if args.quick else "20", "--reps", "5" if args.quick else "20")
+    """A denoising policy on its tiny checkpoint (bench flow's default): the denoising passes
+    of several robots batch, and that batching shows as throughput (the time to the chunk and
+    its phase shares are reported)."""
+    argv = ("--chunks", "4" if args.quick else "20")
     argv += ("--robots", "1", "4", str(args.robots))
     bench, ns = sub_args("vla_server.bench.flow", args.out / "flow", *argv)
     result = bench.run(ns)

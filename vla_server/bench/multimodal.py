@@ -1,8 +1,10 @@
 """Multimodal benchmark: TTFT and time-to-first-action for a new camera frame vs a repeated one,
 served from the prefix cache and from the embedding cache.
 
-Through the HTTP server on the demo VLA (or --model-path), one stream at a time. The prompt puts
-the instruction before the image (`In: <instruction>\n<image>\nOut:`), so each round measures:
+Through the HTTP server on the demo VLA (or --model-path, or --tiny NAME), one stream at a time,
+with the prompt the checkpoint's family writes for a plain image request (`PromptLayout`). The
+demo's puts the instruction before the image (`In: <instruction>\n<image>\nOut:`), so each
+round measures:
 
 * new frame: the vision tower encodes it (the instruction's prefix KV is reused);
 * repeated frame, same prompt: the radix prefix cache holds every image position, so neither the
@@ -10,19 +12,20 @@ the instruction before the image (`In: <instruction>\n<image>\nOut:`), so each r
 * repeated frame, other instruction: the text before the image differs, so no prefix covers it;
   the embedding cache skips the vision tower but the image positions are prefilled.
 
-A pi0-FAST checkpoint (a LeRobot `pi0_fast` folder; `--tiny-pi0fast` builds the tiny one) puts
-its cameras first and attends the whole prompt bidirectionally, so its radix rule reuses KV only
-for an identical prompt: the repeated frame with the same prompt is a full prefix hit, with
-another instruction only the embedding cache helps; its time to first action is the time to the
-whole action chunk (FAST tokens until `|`, decoded at once; relaxed decoding, as the tiny
-model's random weights seldom end a chunk on its exact length).
+A layout whose images lead the prompt (right after BOS) keeps every image position in the prefix
+cache under another instruction too. A prefix-LM checkpoint (cameras first, the whole prompt
+attended bidirectionally) reuses KV only for an identical prompt: the repeated frame with the
+same prompt is a full prefix hit, with another instruction only the embedding cache helps; if its
+actions are a token chunk decoded at once, its time to first action is the time to the chunk.
+Where the family has a reference implementation (`PolicyFamily.reference_predict`), the same
+frames and prompts also run through it, timed in its own process.
 
 Ratios are repeated/new in the same run; each request's image is checked against the node's own
 counts (`/get_server_info` mm.embedding_cache.images: prefix_cache, embedding_cache,
 vision_tower). In-process, the main process's cost per 640x480 JPEG frame (base64 + decode,
 hash, resize + normalise) is timed through the same `ImagePipeline` the server uses, by stage.
 
-    python -m vla_server.bench multimodal [--rounds 20] [--model-path DIR | --tiny-pi0fast]
+    python -m vla_server.bench multimodal [--rounds 20] [--model-path DIR | --tiny NAME]
 """
 
 from __future__ import annotations
@@ -53,72 +56,49 @@ from vla_server.metrics import MM_IMAGE_SOURCES as SOURCES
 from vla_server.multimodal.image_input import MediaPolicy, load_frame
 from vla_server.multimodal.image_pipeline import ImagePipeline
 from vla_server.multimodal.preprocessor import ImagePreprocessor
-from vla_server.policies.openvla import prompt as openvla_prompt
-from vla_server.policies.pi0.family import Pi0Family
-from vla_server.policies.pi0fast.family import Pi0FastFamily
-from vla_server.policies.registry import detect
-
-PROMPT = "In: {instruction}\n<image>\nOut:"
-INSTRUCTIONS = (
-    "What action should the robot take to pick up the red block?",
-    "What action should the robot take to open the drawer?",
-)
-# case -> (instruction index, the image source each of its requests must report)
-CASES = {
-    "new frame": (0, "vision_tower"),
-    "repeated frame, same prompt": (0, "prefix_cache"),
-    "repeated frame, other instruction": (1, "embedding_cache"),
-}
+from vla_server.policies.base import PromptLayout
+from vla_server.policies.llava.family import PROMPT_LAYOUT as DEMO_LAYOUT
+from vla_server.policies.registry import detect, tiny_checkpoint
 
 
 @dataclass(frozen=True)
 class Layout:
-    """Where a checkpoint puts the image, and so which cache serves each case."""
+    """A family's prompt layout, and so which cache serves each case."""
 
     prompt: str  # with {instruction}
     instructions: tuple[str, ...]
-    cases: dict[str, tuple[int, str]]
+    cases: dict[str, tuple[int, str]]  # case -> (instruction index, the source it must report)
     cameras: int = 1  # images per request
     extra: dict[str, Any] = field(default_factory=dict)  # more request fields
 
+    @classmethod
+    def of(cls, prompt: PromptLayout) -> Layout:
+        other = "prefix_cache" if prompt.images_lead else "embedding_cache"
+        cases = {
+            "new frame": (0, "vision_tower"),
+            "repeated frame, same prompt": (0, "prefix_cache"),
+            "repeated frame, other instruction": (1, other),
+        }
+        return cls(prompt.prompt, prompt.instructions, cases, prompt.cameras, prompt.extra)
 
-LLAVA_LAYOUT = Layout(PROMPT, INSTRUCTIONS, CASES)
-# OpenVLA's image sits right after BOS, before any text: another instruction still finds every
-# image position in the prefix cache.
-OPENVLA_LAYOUT = Layout(
-    openvla_prompt.PROMPT,
-    ("pick up the red block", "open the drawer"),
-    {**CASES, "repeated frame, other instruction": (1, "prefix_cache")},
-)
 
-
-def pi0fast_layout(cameras: int, state_dim: int) -> Layout:
-    """pi0-FAST: images first, then the task and a (fixed, mid-range) discretised state."""
-    state = " ".join(["128"] * state_dim)
-    return Layout(
-        "Task: {instruction}, State: " + state + ";\n",
-        ("pick up the red block", "open the drawer"),
-        {**CASES, "repeated frame, other instruction": (1, "embedding_cache")},
-        cameras,
-        {"relaxed_decoding": True},
-    )
+DEFAULT_LAYOUT = Layout.of(DEMO_LAYOUT)
 
 
 def layout_of(model_path: Path) -> Layout:
-    family = detect(model_path)
-    if isinstance(family, Pi0Family):
+    prompt = detect(model_path).prompt_layout()
+    if prompt is None:
         raise SystemExit(
-            f"{model_path} is a pi0 / pi0.5 policy: use `python -m vla_server.bench flow`"
+            f"{model_path}: its family writes no plain image prompt (a denoising policy's "
+            "chunks are timed by `python -m vla_server.bench flow`)"
         )
-    if isinstance(family, Pi0FastFamily):
-        return pi0fast_layout(len(family.spec.cameras), family.spec.state_dim)
-    return OPENVLA_LAYOUT if family.name == "openvla" else LLAVA_LAYOUT
+    return Layout.of(prompt)
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-path", default=None, help="an HF LLaVA folder (default: the demo)")
     p.add_argument(
-        "--tiny-pi0fast", action="store_true", help="the tiny LeRobot pi0-FAST checkpoint"
+        "--tiny", default=None, help="a tiny checkpoint by name (bench flow --tiny list)"
     )
     p.add_argument("--rounds", type=int, default=20, help="new/repeated frame rounds (served)")
     p.add_argument("--warmup-rounds", type=int, default=3, help="served rounds not measured")
@@ -227,7 +207,7 @@ def request_body(
     instruction: str,
     key: str | None,
     num_actions: int,
-    layout: Layout = LLAVA_LAYOUT,
+    layout: Layout = DEFAULT_LAYOUT,
 ) -> dict:
     return {
         "text": layout.prompt.format(instruction=instruction),
@@ -289,19 +269,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         measured = frames[: args.rounds]
         served = asyncio.run(served_rounds(server, measured, key, args.num_actions, layout))
     reference = None
-    if layout is OPENVLA_LAYOUT:
+    reference_predict = detect(path).reference_predict()
+    if reference_predict is not None:
         threads = args.torch_threads or default_torch_threads()  # the server's model threads
         cases = {case: layout.instructions[which] for case, (which, _) in layout.cases.items()}
         timings = {case: runs.timings for case, runs in served.items()}
-        reference = reference_rounds(path, measured, key, cases, timings, threads)
+        reference = reference_rounds(
+            reference_predict, path, measured, key, cases, timings, threads
+        )
     return report(args, path, layout, served, costs, reference)
 
 
 def _model_path(args: argparse.Namespace) -> Path | None:
-    if args.tiny_pi0fast:
-        from vla_server.policies.pi0fast.tiny import pi0fast_model_path
-
-        return pi0fast_model_path()
+    if args.tiny:
+        try:
+            return tiny_checkpoint(args.tiny)
+        except ValueError as e:
+            raise SystemExit(str(e)) from e
     return Path(args.model_path) if args.model_path else None
 
 
@@ -316,7 +300,7 @@ def _ratio(value: float, base: float) -> float:
     return value / base if base else float("nan")
 
 
-def case_row(case: str, runs: CaseRuns, layout: Layout = LLAVA_LAYOUT) -> dict[str, Any]:
+def case_row(case: str, runs: CaseRuns, layout: Layout = DEFAULT_LAYOUT) -> dict[str, Any]:
     """TTFT and time-to-first-action percentiles of one case, and the image sources the node
     counted for its requests against the one the case must hit."""
     timings = runs.timings
@@ -337,7 +321,9 @@ def case_row(case: str, runs: CaseRuns, layout: Layout = LLAVA_LAYOUT) -> dict[s
     }
 
 
-def served_rows(served: dict[str, CaseRuns], layout: Layout = LLAVA_LAYOUT) -> list[dict[str, Any]]:
+def served_rows(
+    served: dict[str, CaseRuns], layout: Layout = DEFAULT_LAYOUT
+) -> list[dict[str, Any]]:
     """One row per case; the repeated cases also get their P50/P99 ratios to the new frame."""
     rows = [case_row(case, runs, layout) for case, runs in served.items()]
     new = rows[0]
@@ -370,7 +356,7 @@ def report(
         counts = ", ".join(f"{k} {v}" for k, v in row["sources"].items())
         print(f"  {row['case']}: {counts} (expected {row['expected_source']}: {verdict})")
     if reference is not None:
-        print("\nthe node vs OpenVLA's HF-style generate in-process (ms; ratio = reference / node)")
+        print("\nthe node vs the family's reference in-process (ms; ratio = reference / node)")
         print(table(reference, REFERENCE_COLUMNS))
     print(f"\nmain-process cost per {args.width}x{args.height} JPEG frame (ms, in-process)")
     print(table(stages, ["stage", "n", "p50", "p90", "p99", "mean"]))
@@ -389,11 +375,11 @@ def report(
         series[f"TTFT, {case}"] = [t.ttft for t in runs.timings]
         series[f"TTFA, {case}"] = [t.actions_at[0] for t in runs.timings if t.actions_at]
     for row in reference or []:
-        series[f"OpenVLA predict_action, {row['case']}"] = row["reference_s"]
+        series[f"reference, {row['case']}"] = row["reference_s"]
     series["JPEG frame: ImagePipeline.process"] = costs["total (ImagePipeline.process)"]
     plot_distributions(
         args.out / f"multimodal-{path.name}.png",
-        f"{path.name}: node vs OpenVLA predict_action"
+        f"{path.name}: node vs its family's reference"
         if reference
         else f"new vs repeated frame (prefix / embedding cache): {path.name}",
         series,

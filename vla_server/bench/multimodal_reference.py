@@ -1,10 +1,10 @@
-"""OpenVLA's own way of running a checkpoint, next to the node in `bench multimodal`.
+"""A family's own way of running a checkpoint (`PolicyFamily.reference_predict`), next to the
+node in `bench multimodal`.
 
-The reference is `predict_action`: Hugging Face-style greedy generate with the checkpoint's
-towers in timm and its Llama in `transformers`, in one process (the oracle's, see
-`prismatic_ref`), no server, no batching, no cache between requests. It runs on the frames and
-prompts the node was measured on, and each of its requests is timed inside that process, so
-the ratio compares model work with model work plus the node's HTTP and IPC.
+The reference runs in one process, no server, no batching, no cache between requests (the
+family's own generate loop, as its authors ship it). It runs on the frames and prompts the node
+was measured on, and each of its requests is timed inside that process, so the ratio compares
+model work with model work plus the node's HTTP and IPC.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ REFERENCE_COLUMNS = [
 
 
 def reference_rounds(
+    reference_predict: Callable[..., Any],
     path: Path,
     frames: list[str],
     key: str | None,
@@ -45,8 +46,8 @@ def reference_rounds(
         for frame in frames
         for instruction in cases.values()
     ]
-    print(f"reference: OpenVLA predict_action on {len(requests)} requests, {threads} threads ...")
-    results = _reference_predict()(path, requests, threads=threads)
+    print(f"reference: {len(requests)} requests, {threads} threads ...")
+    results = reference_predict(path, requests, threads=threads)
     rows = []
     for i, case in enumerate(cases):
         timings = served[case]
@@ -69,15 +70,3 @@ def reference_rounds(
             }
         )
     return rows
-
-
-def _reference_predict() -> Callable[..., Any]:
-    """The oracle lives with the tests (it ships in no wheel): a run from a checkout finds it."""
-    try:
-        from tests.support.prismatic_ref.oracle_env import reference_predict
-    except ImportError as e:
-        raise SystemExit(
-            "the reference column needs the repository checkout (tests/support/prismatic_ref); "
-            "run the bench from the repository root"
-        ) from e
-    return reference_predict

@@ -39,7 +39,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from vla_harness.server_subprocess import ServerProcess, running_server
 from vla_harness.stats import pct
 from vla_server.bench import soak_traffic as traffic
-from vla_server.bench.multimodal import INSTRUCTIONS, camera_frames, request_body
+from vla_server.bench.multimodal import DEFAULT_LAYOUT, camera_frames, request_body
 from vla_server.bench.soak_report import report
 from vla_server.bench.soak_stats import is_lost
 from vla_server.policies.llava.demo import demo_model_path
@@ -112,7 +112,8 @@ async def _progress(rec: traffic.Recorder, mem: MemorySampler, total_s: float) -
 
 def _robot_bodies(robot: int, frames: int, num_actions: int) -> list[dict[str, Any]]:
     images = camera_frames(frames, 320, 240, 90, seed=robot)
-    instruction = INSTRUCTIONS[robot % len(INSTRUCTIONS)]
+    instructions = DEFAULT_LAYOUT.instructions
+    instruction = instructions[robot % len(instructions)]
     return [request_body(f, instruction, "demo_arm", num_actions) for f in images]
 
 

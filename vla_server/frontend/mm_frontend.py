@@ -60,6 +60,13 @@ class MultimodalFrontend:
         actions = self.policy.describe()
         if actions:
             out["actions"] = actions
+        robot = self.policy.robot_io
+        if robot is not None:
+            out["robot"] = {
+                "cameras": list(robot.cameras),
+                "state_dim": robot.state_dim,
+                "chunk_size": robot.chunk_size,
+            }
         return out
 
     async def expand(

@@ -13,11 +13,13 @@ pool that writes nothing to the pool.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate, chain
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psutil
@@ -30,6 +32,7 @@ from vla_server.model.forward_batch import ForwardBatch, ForwardMode
 from vla_server.model.llama import LlamaForCausalLM
 from vla_server.model.paged_prefix import PagedPrefix
 from vla_server.model.parts import ActionHead, ModelParts, StateTokenHead, VisionEncoder
+from vla_server.model.phase_clock import PhaseClock
 from vla_server.model.sampling import Logprobs, SamplingBatchInfo, compute_logprobs, sample
 from vla_server.model.weight_loader import WeightLoadError, load_decoder_weights
 
@@ -100,6 +103,7 @@ class ModelRunner:
         )
         self._load_decoder_and_head(parts)
         self.counters = ModelCounters()
+        self.clock = PhaseClock(self.device)
         # Before the KV pool is sized, so the pool only takes memory the vision weights leave.
         self.vision: VisionEncoder | None = parts.vision_encoder(
             self.config, self.dtype, self.device
@@ -231,6 +235,10 @@ class ModelRunner:
                 f"sequence of {max(seq_lens)} tokens exceeds context_len {self.context_len}"
             )
 
+    def work_done(self) -> dict[str, Any]:
+        """The counters, and the seconds spent in each phase (`PhaseClock`)."""
+        return {**dataclasses.asdict(self.counters), "seconds": self.clock.totals()}
+
     @torch.inference_mode()
     def forward(
         self,
@@ -244,7 +252,8 @@ class ModelRunner:
         prompt of a denoised chunk) skips the vocabulary projection of the last tokens ([0, V]
         instead)."""
         self.attn_backend.init_forward_metadata(batch)
-        hidden = self.model(batch, self.attn_backend)
+        with self.clock.phase("decoder"):
+            hidden = self.model(batch, self.attn_backend)
         self.counters.vlm_tokens += batch.num_tokens
         spans = list(prompt_logprob_spans or [None] * batch.batch_size)
         rows = [batch.last_token_index] if next_token_logits else []
@@ -305,12 +314,13 @@ class ModelRunner:
             raise ValueError(f"prefix lengths must be in [1, {self.context_len}]")
         prefix = PagedPrefix.build(self.req_to_token_pool, self.kv_pool, rows, prefix_lens)
         dev = self.device
-        velocity = self.head.velocity(
-            prefix,
-            x_t.to(dev, torch.float32),
-            time.to(dev, torch.float32),
-            None if state is None else state.to(dev, torch.float32),
-        )
+        with self.clock.phase("action_head"):
+            velocity = self.head.velocity(
+                prefix,
+                x_t.to(dev, torch.float32),
+                time.to(dev, torch.float32),
+                None if state is None else state.to(dev, torch.float32),
+            )
         self.counters.expert_passes += 1
         self.counters.expert_rows += len(rows)
         return velocity
@@ -334,7 +344,9 @@ class ModelRunner:
         if not pixel_values:
             return []
         # One copy into a fresh array: the wire's pixel buffers are read-only.
-        return self.vision.encode(torch.from_numpy(np.stack([np.asarray(p) for p in pixel_values])))
+        pixels = torch.from_numpy(np.stack([np.asarray(p) for p in pixel_values]))
+        with self.clock.phase("vision"):
+            return self.vision.encode(pixels)
 
     def update_weights(self, parts: ModelParts) -> None:
         """Swap in the weights of another folder of the same architecture (`parts`: its

@@ -175,6 +175,21 @@ class PolicyFrontend(Protocol):
     def describe(self) -> dict[str, Any]: ...
 
 
+@dataclass(frozen=True)
+class PromptLayout:
+    """How a plain prompt (`POST /generate` text with images) is written for a family, and
+    which cache a repeated frame under another instruction meets: tools that exercise the
+    image caches (`python -m vla_server.bench multimodal`) write their requests from it."""
+
+    prompt: str  # with {instruction}
+    instructions: tuple[str, str]
+    # The images sit before any text in a causal prompt: another instruction still finds
+    # every image position in the prefix cache (else only their embeddings are cached).
+    images_lead: bool
+    cameras: int = 1  # images per request
+    extra: dict[str, Any] = field(default_factory=dict)  # more request fields
+
+
 # ---- the detokenizer: outputs into actions -----------------------------------------------
 
 
@@ -272,8 +287,19 @@ class PolicyFamily:
 
     @classmethod
     def tiny_checkpoints(cls) -> dict[str, Callable[[], Path]]:
-        """Tiny random folders of this family by name, each builder returning its folder."""
+        """Tiny random folders of this family, by name: each builder returns the folder,
+        built offline into the checkpoint cache on first use."""
         return {}
+
+    def prompt_layout(self) -> PromptLayout | None:
+        """How a plain image prompt is written (None: the family's actions are asked only
+        through action queries)."""
+        return None
+
+    def reference_predict(self) -> Callable[..., Any] | None:
+        """The family's own way of running a folder (its reference implementation), for the
+        benchmarks' reference column: `fn(folder, requests, threads=n)`, or None."""
+        return None
 
 
 def check_chunk_share(num_actions: int, horizon: int) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,23 @@ def default_checkpoint() -> Path:
     from vla_server.policies.llava.demo import demo_model_path
 
     return demo_model_path()
+
+
+# The tiny checkpoint a denoising benchmark runs when none is named.
+DEFAULT_DENOISING_TINY = "pi0"
+
+
+def tiny_checkpoints() -> dict[str, Callable[[], Path]]:
+    """Every registered family's tiny folders, by name."""
+    return {name: build for f in FAMILIES for name, build in f.tiny_checkpoints().items()}
+
+
+def tiny_checkpoint(name: str) -> Path:
+    """The tiny folder called `name`, built on first use; ValueError names the known ones."""
+    builders = tiny_checkpoints()
+    if name not in builders:
+        raise ValueError(f"no tiny checkpoint {name!r} (known: {', '.join(sorted(builders))})")
+    return builders[name]()
 
 
 def build_demo_checkpoint(out_dir: str | Path) -> Path:

@@ -34,7 +34,7 @@ class SchedulerControl:
         drain: Callable[[], None],
         abort_all: Callable[[], None],
         step_cost: StepCostModel,
-        model_counters: Callable[[], dict[str, int]] | None = None,
+        model_counters: Callable[[], dict[str, Any]] | None = None,
         realtime_period: Callable[[], float | None] | None = None,
     ):
         self.state = state

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
+from typing import Any
 
 from vla_server.config import SchedulerConfig
 from vla_server.io_struct import AbortReq, RpcReply, SchedulerStats, TokenizedGenerateReqInput
@@ -50,7 +51,7 @@ class SchedulerCore:
         context_len: int,
         head: HeadSpec | None = None,
         prefix_lm: bool = False,
-        model_counters: Callable[[], dict[str, int]] | None = None,
+        model_counters: Callable[[], dict[str, Any]] | None = None,
         embedder: ImageEmbedder | None = None,
         clock: Clock | None = None,
         worker: Executor | None = None,

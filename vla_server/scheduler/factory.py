@@ -6,7 +6,6 @@ handshake's `ModelInfo` for the other processes."""
 
 from __future__ import annotations
 
-import dataclasses
 from concurrent.futures import Executor
 
 import torch
@@ -68,7 +67,7 @@ def build_core(
         context_len=runner.context_len,
         head=family.head_spec(tokenizer, runner.vocab_size),
         prefix_lm=runner.config.prefix_lm,
-        model_counters=lambda: dataclasses.asdict(runner.counters),
+        model_counters=runner.work_done,
         embedder=embedder,
         worker=worker,
     )

@@ -6,6 +6,8 @@ bin tokens (`bin_actions/`)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -18,16 +20,36 @@ from vla_server.model.weight_loader import DecoderLayout
 from vla_server.multimodal.preprocess import HfImagePreprocessor
 from vla_server.multimodal.preprocess_config import PreprocessConfig
 from vla_server.multimodal.preprocessor import ImagePreprocessor
-from vla_server.policies.base import ActionDecoder, HeadSpec, PolicyFamily, Tokens
+from vla_server.policies.base import ActionDecoder, HeadSpec, PolicyFamily, PromptLayout, Tokens
 from vla_server.policies.bin_actions.action_tokenizer import load_bin_actions
 from vla_server.policies.bin_actions.detokenizer import BinActionDecoder
 from vla_server.policies.llava.frontend import LlavaFrontend
 from vla_server.policies.llava.vision import LlavaVisionEncoder
 
+# The instruction before the image: a new frame reuses the instruction's prefix KV, and
+# another instruction meets a repeated frame's embedding in the embedding cache only.
+PROMPT_LAYOUT = PromptLayout(
+    "In: {instruction}\n<image>\nOut:",
+    (
+        "What action should the robot take to pick up the red block?",
+        "What action should the robot take to open the drawer?",
+    ),
+    images_lead=False,
+)
+
 
 class LlavaFamily(PolicyFamily):
     name = "llava"
     config_types = ("llava", "llama", "qwen2", "gemma")
+
+    @classmethod
+    def tiny_checkpoints(cls) -> dict[str, Callable[[], Path]]:
+        from vla_server.policies.llava.demo import aloha_demo_model_path, demo_model_path
+
+        return {"demo": demo_model_path, "demo-aloha": aloha_demo_model_path}
+
+    def prompt_layout(self) -> PromptLayout | None:
+        return PROMPT_LAYOUT if self.has_vision else None
 
     def _hf(self) -> tuple[Any, Any]:
         """(transformers' config of the folder, its decoder config)."""

@@ -5,6 +5,7 @@ decoder, one image right after BOS, `predict_action`'s prompt and its bin action
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -16,7 +17,7 @@ from vla_server.model.tokenizer import load_tokenizer
 from vla_server.model.weight_loader import DecoderLayout
 from vla_server.multimodal.preprocess_config import read_image_processor_dict
 from vla_server.multimodal.preprocessor import ImagePreprocessor
-from vla_server.policies.base import ActionDecoder, HeadSpec, PolicyFamily, Tokens
+from vla_server.policies.base import ActionDecoder, HeadSpec, PolicyFamily, PromptLayout, Tokens
 from vla_server.policies.bin_actions.action_tokenizer import load_bin_actions
 from vla_server.policies.bin_actions.detokenizer import BinActionDecoder
 from vla_server.policies.openvla.frontend import OpenVLAFrontend
@@ -26,6 +27,7 @@ from vla_server.policies.openvla.prismatic_vision import (
     PRISMATIC_VISION_PREFIXES,
     PrismaticVisionEncoder,
 )
+from vla_server.policies.openvla.prompt import PROMPT
 
 
 class OpenVLAFamily(PolicyFamily):
@@ -74,3 +76,19 @@ class OpenVLAFamily(PolicyFamily):
     def action_decoder(self, tokenizer: Any) -> ActionDecoder | None:
         actions = load_bin_actions(self.folder, tokenizer)
         return None if actions is None else BinActionDecoder(actions)
+
+    def prompt_layout(self) -> PromptLayout | None:
+        # The image sits right after BOS, before any text.
+        return PromptLayout(PROMPT, ("pick up the red block", "open the drawer"), images_lead=True)
+
+    def reference_predict(self) -> Callable[..., Any] | None:
+        """OpenVLA's `predict_action` (timm towers, transformers' Llama) in one process. The
+        oracle lives with the tests and ships in no wheel: a run from a checkout finds it."""
+        try:
+            from tests.support.prismatic_ref.oracle_env import reference_predict
+        except ImportError as e:
+            raise SystemExit(
+                "the reference needs the repository checkout (tests/support/prismatic_ref); "
+                "run from the repository root"
+            ) from e
+        return reference_predict

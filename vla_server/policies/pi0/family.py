@@ -4,6 +4,8 @@ PaliGemma prefix and a Gemma action expert that denoises a chunk over its K/V by
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,12 @@ from vla_server.policies.pi_common.flow_actions import FlowActionPolicy
 class Pi0Family(PiFamily):
     name = "pi0"
     config_types = FLOW_TYPES
+
+    @classmethod
+    def tiny_checkpoints(cls) -> dict[str, Callable[[], Path]]:
+        from vla_server.policies.pi0.tiny import KINDS, pi0_model_path
+
+        return {kind: partial(pi0_model_path, kind, "bare") for kind in KINDS}
 
     @classmethod
     def describe_config(cls, folder: Path, raw: dict[str, Any]) -> dict[str, Any]:

@@ -1,11 +1,12 @@
 """Tiny random-weight pi0 and pi0.5 checkpoints in LeRobot's and openpi's folder layouts.
 
-The backbone, tokenizer, cameras, state/action sizes and statistics are the tiny pi0-FAST
-checkpoint's (`pi0fast_checkpoint`): PaliGemma with Gemma width 64, 2 layers, 4 query heads and
-1 KV head of 16, SigLIP at 28 px = 4 tokens per camera, two cameras, a 4-dim state, a 3-dim
-action, max dims 32. The action expert is a Gemma of width 32, MLP 64 and the backbone's depth
-and heads, described by a `dit_config` (transformers' `PI0Config.dit_config`); chunks of 4,
-10 Euler steps. Weights are drawn with a fixed seed and a wide spread, so outputs are not near 0.
+The backbone, tokenizer, cameras, state/action sizes and statistics are the pi families'
+shared tiny ones (`pi_common/tiny_paligemma.py`, `pi_common/tiny_text_tokenizer.py`):
+PaliGemma with Gemma width 64, 2 layers, 4 query heads and 1 KV head of 16, SigLIP at 28 px =
+4 tokens per camera, two cameras, a 4-dim state, a 3-dim action, max dims 32. The action
+expert is a Gemma of width 32, MLP 64 and the backbone's depth and heads, described by a
+`dit_config` (transformers' `PI0Config.dit_config`); chunks of 4, 10 Euler steps. Weights are
+drawn with a fixed seed and a wide spread, so outputs are not near 0.
 
 Layouts (`pi0_model_path(kind, layout)`):
 
@@ -29,7 +30,7 @@ import torch
 
 from vla_server.model.checkpoint_cache import cached_folder
 from vla_server.policies.pi0.flow_keys import EXPERT_LM_HEAD, EXPERT_PREFIX, HEADS
-from vla_server.policies.pi0fast.tiny import (
+from vla_server.policies.pi_common.tiny_paligemma import (
     ACTION_DIM,
     ACTION_STATS,
     CAMERAS,
@@ -45,7 +46,7 @@ from vla_server.policies.pi0fast.tiny import (
     write_json_file,
     write_processors,
 )
-from vla_server.policies.pi0fast.tiny_tokenizers import build_text_tokenizer
+from vla_server.policies.pi_common.tiny_text_tokenizer import build_text_tokenizer
 
 KINDS = ("pi0", "pi05")
 LAYOUTS = ("bare", "prefixed", "openpi")

@@ -15,74 +15,31 @@ Weights are drawn with a fixed seed and a wide spread, so greedy choices have cl
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from vla_server.model.checkpoint_cache import cached_folder
-from vla_server.policies.pi0fast.tiny_tokenizers import build_text_tokenizer, write_fast_tokenizer
+from vla_server.policies.pi0fast.tiny_tokenizers import write_fast_tokenizer
+from vla_server.policies.pi_common.tiny_paligemma import (
+    ACTION_DIM,
+    CAMERAS,
+    CHUNK,
+    FAST_VOCAB,
+    IMAGE_SIZE,
+    PREFIXES,
+    SKIP,
+    STATE_DIM,
+    TEXT_BPE,
+    lerobot_tensors,
+    random_paligemma,
+    vlm_config,
+    write_json_file,
+    write_processors,
+)
+from vla_server.policies.pi_common.tiny_text_tokenizer import build_text_tokenizer
 
-CAMERAS = ("base_0_rgb", "wrist_0_rgb")
-STATE_DIM, ACTION_DIM, CHUNK = 4, 3, 4
-FAST_VOCAB, SKIP, TEXT_BPE = 256, 8, 320
-IMAGE_SIZE = 28
 MAX_DECODING_STEPS = 24
-PREFIXES = {
-    "bare": "paligemma_with_expert.paligemma.",
-    "prefixed": "model.paligemma_with_expert.paligemma.",
-}
-STATE_STATS = {
-    "q01": [-1.0, 0.0, -0.5, 2.0],
-    "q99": [1.0, 2.0, 0.5, 4.0],
-    "mean": [0.0, 1.0, 0.0, 3.0],
-    "std": [0.5, 0.5, 0.25, 0.5],
-}
-ACTION_STATS = {
-    "q01": [-0.2, 0.0, -1.0],
-    "q99": [0.2, 1.0, 1.0],
-    "mean": [0.0, 0.5, 0.0],
-    "std": [0.1, 0.25, 0.5],
-}
 VERSION = 4
-
-
-def vlm_config(vocab_size: int) -> dict[str, Any]:
-    """The tiny PaliGemma, as a transformers config dict (the image token is one past the
-    vocabulary, as in the real 257152-id model)."""
-    from transformers import PaliGemmaConfig
-
-    text = {
-        "model_type": "gemma",
-        "hidden_size": 64,
-        "num_hidden_layers": 2,
-        "intermediate_size": 128,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 1,
-        "head_dim": 16,
-        "vocab_size": vocab_size,
-        "hidden_act": "gelu_pytorch_tanh",
-        "max_position_embeddings": 512,
-    }
-    vision = {
-        "model_type": "siglip_vision_model",
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "image_size": IMAGE_SIZE,
-        "patch_size": 14,
-        "vision_use_head": False,
-    }
-    config = PaliGemmaConfig(
-        text_config=text,
-        vision_config=vision,
-        image_token_index=vocab_size,
-        projection_dim=64,
-        hidden_size=64,
-    )
-    return config.to_dict()
 
 
 def _policy_config(vlm: dict[str, Any]) -> dict[str, Any]:
@@ -114,79 +71,6 @@ def _policy_config(vlm: dict[str, Any]) -> dict[str, Any]:
         "action_tokenizer_name": "lerobot/fast-action-tokenizer",
         "vlm_config": vlm,
     }
-
-
-def random_paligemma(vlm: dict[str, Any], seed: int) -> Any:
-    """transformers' PaliGemmaForConditionalGeneration with wide random weights."""
-    from transformers import PaliGemmaConfig, PaliGemmaForConditionalGeneration
-
-    torch.manual_seed(seed)
-    model = PaliGemmaForConditionalGeneration(PaliGemmaConfig.from_dict(vlm)).eval()
-    generator = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            noise = torch.randn(param.shape, generator=generator)
-            if param.dim() >= 2:
-                param.copy_(0.2 * noise)
-            elif "layernorm" in name or "layer_norm" in name:  # SigLIP LayerNorm: scale ~ 1
-                param.copy_(1.0 + 0.1 * noise if name.endswith("weight") else 0.1 * noise)
-            else:  # Gemma RMSNorm offsets, biases
-                param.copy_(0.1 * noise)
-    return model
-
-
-def lerobot_tensors(model: Any, layout: str) -> dict[str, torch.Tensor]:
-    """The model's weights under LeRobot's names; the tied embedding only as `lm_head`."""
-    prefix = PREFIXES[layout]
-    out = {}
-    for name, tensor in model.state_dict().items():
-        if name == "model.language_model.embed_tokens.weight":
-            continue
-        if name.startswith("model.vision_tower."):
-            name = "model.vision_tower.vision_model." + name.removeprefix("model.vision_tower.")
-        out[prefix + name] = tensor.detach().clone().contiguous()
-    return out
-
-
-def write_processors(out: Path, mode: str = "QUANTILES") -> None:
-    """LeRobot's pre/post processor pipelines and their statistics files, normalising the state
-    and the action by `mode` ("QUANTILES", "MEAN_STD")."""
-    from safetensors.torch import save_file
-
-    def stats(feature: str, values: dict[str, list[float]]) -> dict[str, torch.Tensor]:
-        return {f"{feature}.{k}": torch.tensor(v, dtype=torch.float32) for k, v in values.items()}
-
-    pre, post = (
-        "policy_preprocessor_step_2_normalizer_processor.safetensors",
-        ("policy_postprocessor_step_0_unnormalizer_processor.safetensors"),
-    )
-    norm_map = {"VISUAL": "IDENTITY", "STATE": mode, "ACTION": mode}
-    features = {
-        "observation.state": {"type": "STATE", "shape": [STATE_DIM]},
-        "action": {"type": "ACTION", "shape": [ACTION_DIM]},
-    }
-    save_file({**stats("observation.state", STATE_STATS), **stats("action", ACTION_STATS)},
-              str(out / pre))  # fmt: skip
-    save_file(stats("action", ACTION_STATS), str(out / post))
-    config = {"eps": 1e-8, "features": features, "norm_map": norm_map}
-    steps = [
-        {"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
-        {"registry_name": "to_batch_processor", "config": {}},
-        {"registry_name": "normalizer_processor", "config": config, "state_file": pre},
-    ]
-    write_json_file(
-        out / "policy_preprocessor.json", {"name": "policy_preprocessor", "steps": steps}
-    )
-    post_config = {**config, "features": {"action": features["action"]}}
-    steps = [{"registry_name": "unnormalizer_processor", "config": post_config, "state_file": post}]
-    write_json_file(
-        out / "policy_postprocessor.json", {"name": "policy_postprocessor", "steps": steps}
-    )
-
-
-def write_json_file(path: Path, value: Any) -> None:
-    """Keys in the given order: a policy config's feature order is its camera order."""
-    path.write_text(json.dumps(value, indent=2) + "\n")
 
 
 def build_pi0fast(out: Path, layout: str = "bare", seed: int = 0) -> None:

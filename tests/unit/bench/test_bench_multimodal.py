@@ -39,9 +39,10 @@ def test_command_line_defaults_and_options(monkeypatch: pytest.MonkeyPatch, tmp_
 
 def test_prompts_put_the_instruction_before_the_image():
     """Else a repeated frame with another instruction would be a prefix hit, not a cache one."""
-    prompts = {multimodal.PROMPT.format(instruction=i) for i in multimodal.INSTRUCTIONS}
+    layout = multimodal.DEFAULT_LAYOUT
+    prompts = {layout.prompt.format(instruction=i) for i in layout.instructions}
     before_image = {p.split("<image>")[0] for p in prompts}
-    assert len(before_image) == len(multimodal.INSTRUCTIONS)
+    assert len(before_image) == len(layout.instructions)
     assert all(p.split("<image>")[1] for p in prompts), "text after the image: a prefix can hold it"
 
 
@@ -54,14 +55,15 @@ def test_a_short_run_serves_each_case_from_its_cache(monkeypatch, tmp_path: Path
     monkeypatch.undo()  # the real run
     result = multimodal.run(args)
     rows = {row["case"]: row for row in result["served"]}
-    assert list(rows) == list(multimodal.CASES)
-    for case, (_, source) in multimodal.CASES.items():
+    cases = multimodal.DEFAULT_LAYOUT.cases
+    assert list(rows) == list(cases)
+    for case, (_, source) in cases.items():
         row = rows[case]
         assert row["n"] == ROUNDS
         assert row["sources"] == {s: ROUNDS if s == source else 0 for s in multimodal.SOURCES}
         assert row["sources_as_expected"]
     new = rows["new frame"]
-    for case in list(multimodal.CASES)[1:]:
+    for case in list(cases)[1:]:
         for key in ("ttft_ratio_p50", "ttft_ratio_p99", "ttfa_ratio_p50", "ttfa_ratio_p99"):
             metric, _, q = key.split("_")
             assert rows[case][key] == pytest.approx(

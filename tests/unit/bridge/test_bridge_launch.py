@@ -21,7 +21,7 @@ from ros_bridge import cli
 from ros_bridge.bridge_params import LAUNCH_PARAMS, PARAMS_BY_NAME
 from vla_harness.server_subprocess import serve_command
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 LAUNCH_FILE = REPO / "launch" / "vla_bridge.launch.py"
 AMENT = REPO / "ament" / "vla_bridge"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from transformers.utils.import_utils import is_kernels_available
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 KERNELS_DIR = ROOT / "kernels"
 
 # Run isolated (-I: no cwd or PYTHONPATH on sys.path) from a folder outside the repository, i.e.

@@ -2,7 +2,7 @@
 with LeRobot's `SmolVLAPolicy` and its saved pre/post processors, and write the chunk of every
 case in a cases file, from the case's own noise.
 
-    python smolvla_lerobot_script.py FOLDER CASES.safetensors CASES.json OUT.safetensors OUT.json
+    python lerobot_script.py FOLDER CASES.safetensors CASES.json OUT.safetensors OUT.json
 
 CASES.json lists, per case, its camera keys and instruction; CASES.safetensors holds
 `<i>.<camera key>` images [3, H, W] float in [0, 1], `<i>.state` [state_dim] and `<i>.noise`

@@ -12,10 +12,11 @@ from tests.support import pi0fast_reference as ref
 from tests.support.families import family_tokenizer
 from tests.support.images import random_rgb
 from vla_server.policies.pi0fast.prompt import Pi0FastPrompt
-from vla_server.policies.pi0fast.tiny import CAMERAS, pi0fast_model_path
+from vla_server.policies.pi0fast.tiny import pi0fast_model_path
 from vla_server.policies.pi_common.lerobot_config import LeRobotPolicySpec
 from vla_server.policies.pi_common.pad_resize import PadResize, pad_resize
 from vla_server.policies.pi_common.paligemma_config import paligemma_config
+from vla_server.policies.pi_common.tiny_paligemma import CAMERAS
 from vla_server.policies.registry import detect
 
 

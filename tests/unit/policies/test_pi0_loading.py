@@ -31,12 +31,12 @@ from vla_server.policies.pi0.tiny import (
     dit_config,
     pi0_model_path,
 )
-from vla_server.policies.pi0fast.tiny import ACTION_STATS, CAMERAS, STATE_STATS
 from vla_server.policies.pi_common.lerobot_config import LeRobotPolicySpec
 from vla_server.policies.pi_common.openpi_norm_stats import read_norm_stats
 from vla_server.policies.pi_common.pad_resize import PadResize
 from vla_server.policies.pi_common.paligemma_config import expert_config
 from vla_server.policies.pi_common.paligemma_vision import PaliGemmaVisionEncoder
+from vla_server.policies.pi_common.tiny_paligemma import ACTION_STATS, CAMERAS, STATE_STATS
 from vla_server.policies.registry import detect
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

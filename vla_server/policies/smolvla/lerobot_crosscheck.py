@@ -3,13 +3,13 @@
 For each folder spec (`FOLDERS`) a tiny checkpoint is built (`tiny.py`); LeRobot loads it
 strictly, runs its saved preprocessor, `predict_action_chunk` from the case's seeded noise
 (`vla_server.model.denoise.initial_noise`) and its postprocessor
-(`smolvla_lerobot_script.py`, in LeRobot's venv, `lerobot_env.py`); our `SmolVLAPolicy` runs
+(`lerobot_script.py`, in LeRobot's venv, `lerobot_env.py`); our `SmolVLAPolicy` runs
 the same raw observations and noise. The largest differences, LeRobot's chunks (so that tests
 can compare against them without LeRobot) and each folder's model hash go to a JSON file.
 Run from a checkout, the test-only reference (`tests/support/smolvla_reference.py`, looked up
 at run time: the package does not depend on the tests) is compared to LeRobot too.
 
-    python -m vla_server.bench.smolvla_crosscheck [--out FILE]   # default: DEFAULT_OUT
+    python -m vla_server.policies.smolvla.lerobot_crosscheck [--out FILE]   # default: DEFAULT_OUT
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from vla_server.bench.lerobot_env import ensure_lerobot_venv, run_script
+from vla_harness.lerobot_env import ensure_lerobot_venv, run_script
 from vla_server.model.denoise import initial_noise
 from vla_server.policies.smolvla.policy import SmolVLAPolicy
 from vla_server.policies.smolvla.processor import Observation
 from vla_server.policies.smolvla.tiny import CAMERAS, STATE_DIM, TinySpec, build_tiny_smolvla
 
-SCRIPT = Path(__file__).with_name("smolvla_lerobot_script.py")
+SCRIPT = Path(__file__).with_name("lerobot_script.py")
 DEFAULT_OUT = Path("docs/results/smolvla-lerobot-crosscheck.json")
 # Camera 1 is letterboxed (48 x 64 -> 24 rows of padding on top), camera 2 upscaled (40 x 30).
 IMAGE_SHAPES = {CAMERAS[0]: (48, 64), CAMERAS[1]: (40, 30)}

@@ -14,9 +14,10 @@ from vla_server.policies.base import ActionOutput
 from vla_server.policies.pi0fast.detokenizer import FastActionDetokenizer
 from vla_server.policies.pi0fast.fast_actions import FastActionTokenizer
 from vla_server.policies.pi0fast.fast_codec import FastDecodeError, to_fast_tokens
-from vla_server.policies.pi0fast.tiny import STATE_STATS, pi0fast_model_path
+from vla_server.policies.pi0fast.tiny import pi0fast_model_path
 from vla_server.policies.pi0fast.tiny_tokenizers import synthetic_chunks
 from vla_server.policies.pi_common.lerobot_normalizer import FeatureNormalizer
+from vla_server.policies.pi_common.tiny_paligemma import STATE_STATS
 from vla_server.policies.registry import detect
 
 

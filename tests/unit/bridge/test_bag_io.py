@@ -20,7 +20,7 @@ from ros_bridge.bags import BagRecorder, describe_bag, paced, read_frames
 from ros_bridge.camera_frame import CameraFrame, compressed_frame, frame_from_msg, raw_frame
 
 STORAGES = ["mcap", "sqlite3"]
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"
 RECORDING = DATA / "aloha_transfer_cube_10hz"
 BASE_NS = 1_700_000_000_123_456_789
 

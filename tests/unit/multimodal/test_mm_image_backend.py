@@ -21,7 +21,7 @@ import xxhash
 from tests.support.images import encode, random_rgb, smooth_rgb
 from tests.support.preprocessors import apply_preprocessor, as_preprocessor
 from tests.support.torchvision_backend import torchvision_backend
-from tests.unit.test_mm_fast_path import CONFIGS, LLAVA, SIZES
+from tests.unit.multimodal.test_mm_fast_path import CONFIGS, LLAVA, SIZES
 from vla_frames.image_hash import format_mm_hash, image_hash
 from vla_server.bench.multimodal import camera_frames
 from vla_server.multimodal.image_input import MediaPolicy, load_image

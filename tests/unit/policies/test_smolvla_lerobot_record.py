@@ -1,8 +1,8 @@
 """The LeRobot 0.6.1 cross-check, replayed without LeRobot: `docs/results/
 smolvla-lerobot-crosscheck.json` records LeRobot's own `SmolVLAPolicy` chunks for 12 cases on
-tiny folders (`python -m vla_server.bench.smolvla_crosscheck`). The folders are rebuilt from
-their specs (the same bytes, checked by hash) and both our model and the test reference must
-reproduce LeRobot's chunks."""
+tiny folders (`python -m vla_server.policies.smolvla.lerobot_crosscheck`). The folders are
+rebuilt from their specs (the same bytes, checked by hash) and both our model and the test
+reference must reproduce LeRobot's chunks."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import torch
 from tests.support import smolvla_reference as ref
 from tests.support.paths import REPO
 from tests.support.smolvla_cases import tiny_folder
-from vla_server.bench.lerobot_env import REQUIREMENT, VENV_NAME, ensure_lerobot_venv
-from vla_server.bench.smolvla_crosscheck import FOLDERS, Case, case_inputs, cases, ours
+from vla_harness.lerobot_env import REQUIREMENT, VENV_NAME, ensure_lerobot_venv
+from vla_server.policies.smolvla.lerobot_crosscheck import FOLDERS, Case, case_inputs, cases, ours
 from vla_server.policies.smolvla.policy import SmolVLAPolicy
 from vla_server.policies.smolvla.tiny import TinySpec
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.support.kernel_testing import DEVICE, assert_close, build_paged_kv, sdpa_causal
-from tests.unit.test_model_attention import make_batch
+from tests.unit.model.test_model_attention import make_batch
 from vla_kernels.extend_attention import extend_attention, extend_attention_reference
 
 FP32, FP16 = torch.float32, torch.float16

@@ -13,7 +13,7 @@ from PIL import Image
 
 from tests.support.images import encode, random_rgb, smooth_rgb
 from tests.support.preprocessors import Preprocessor, apply_preprocessor, as_preprocessor
-from tests.unit.test_prismatic_preprocess import DINO, SIGLIP, published
+from tests.unit.policies.test_prismatic_preprocess import DINO, SIGLIP, published
 from vla_frames.image_hash import format_mm_hash, image_hash
 from vla_server.multimodal.image_input import MediaPolicy, load_frame, load_image
 from vla_server.multimodal.image_pipeline import ImagePipeline

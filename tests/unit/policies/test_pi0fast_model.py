@@ -20,7 +20,8 @@ from vla_server.mem_cache.prefix_key import prefix_lm_key_head
 from vla_server.model.model_runner import ModelRunner
 from vla_server.model.weight_loader import WeightLoadError
 from vla_server.policies.pi0fast.fast_actions import FastActionTokenizer
-from vla_server.policies.pi0fast.tiny import IMAGE_SIZE, pi0fast_model_path
+from vla_server.policies.pi0fast.tiny import pi0fast_model_path
+from vla_server.policies.pi_common.tiny_paligemma import IMAGE_SIZE
 from vla_server.policies.registry import detect
 
 FRAMES = [random_rgb(28, 28, seed=5), random_rgb(70, 40, seed=6)]

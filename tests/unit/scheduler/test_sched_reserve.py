@@ -12,7 +12,13 @@ from __future__ import annotations
 import pytest
 
 from tests.support.sched_fakes import Harness, reference
-from tests.unit.test_sched_isolation import HOLD_MS, LOWS, iso_harness, start_lows, steps_of
+from tests.unit.scheduler.test_sched_isolation import (
+    HOLD_MS,
+    LOWS,
+    iso_harness,
+    start_lows,
+    steps_of,
+)
 from vla_server.config import ServerArgs
 from vla_server.io_struct import GetInternalStateReq
 from vla_server.scheduler.arrival_rhythm import ArrivalRhythm

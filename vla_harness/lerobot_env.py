@@ -6,7 +6,7 @@ this builds one under the cache folder (`~/.cache/vla-server/lerobot-0.6.1-...-p
 marker file written last records the requirement it was built for. Scripts then run in it as
 subprocesses (`run_script`).
 
-    python -m vla_server.bench.lerobot_env            # build or reuse; print its python
+    python -m vla_harness.lerobot_env            # build or reuse; print its python
 """
 
 from __future__ import annotations
