@@ -88,7 +88,7 @@ class ActionQuery:
 @dataclass(frozen=True)
 class QueryPrompt:
     """An action query's prompt: its token ids, its images in prompt order, and the raw state
-    that rides beside it (None when the prompt carries the state or the family reads none)."""
+    its plan reads (None when the prompt's text carries the state or the family reads none)."""
 
     input_ids: list[int]
     images: list[Any]
