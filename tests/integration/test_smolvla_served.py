@@ -5,7 +5,7 @@ state, chunks of 10 x 6 actions from 10 Euler steps, mean-std statistics) throug
 `/v1/actions`, `/generate` with `num_actions`, the openpi WebSocket. The oracle is the model
 half's `SmolVLAPolicy.predict_action_chunk` (LeRobot's processors and the dense prefix) on the
 same frames, state, instruction and seed; the model half itself is checked against a test-only
-reference and LeRobot in `tests/unit/test_smolvla_*.py`.
+reference and LeRobot in `tests/unit/policies/test_smolvla_*.py`.
 """
 
 from __future__ import annotations
