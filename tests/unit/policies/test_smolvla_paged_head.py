@@ -8,7 +8,8 @@
   token's embedding from the head, `prefix_lm_len` = length - 1), writes the model half's
   post-RoPE K/V of every layer into the pool;
 * the engine loads the bare and mixed-dtype folders as the model half does, and refuses a
-  folder with a missing or foreign tensor (expert, decoder, vision, elsewhere) naming it.
+  folder with a missing or foreign tensor (expert, decoder, vision, elsewhere) naming it, and
+  a setting it does not serve (`add_image_special_tokens`) naming the setting.
 """
 
 from __future__ import annotations
@@ -155,3 +156,9 @@ def test_the_engine_refuses_a_mutated_folder_naming_the_tensor(tmp_path, mutatio
     with pytest.raises(ValueError, match=re.escape(short)):
         ModelRunner(detect(folder), device="cpu", dtype="float32", max_total_tokens=64,
                     max_running_requests=2, progress=False)  # fmt: skip
+
+
+def test_a_setting_the_engine_does_not_serve_stops_detection_naming_it():
+    folder = sc.tiny_folder(TinySpec(add_image_special_tokens=True))
+    with pytest.raises(NotImplementedError, match="add_image_special_tokens"):
+        detect(folder)

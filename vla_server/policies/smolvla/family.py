@@ -162,10 +162,8 @@ def _check_servable(c: SmolVLAConfig) -> None:
     if read_processor_files(c.folder).rename_map:
         raise NotImplementedError(f"{c.folder}: a preprocessor rename_map is not served")
     size = c.vision.image_size
-    if c.resize_with_padding not in (None, (size, size)):
+    if c.resize_with_padding != (size, size):
         raise NotImplementedError(
-            f"{c.folder}: resize_imgs_with_padding {list(c.resize_with_padding)} is not the "
-            f"vision tower's {size} x {size}"
+            f"{c.folder}: resize_imgs_with_padding {c.resize_with_padding} is not the vision "
+            f"tower's {size} x {size}"
         )
-    if c.resize_with_padding is None:
-        raise NotImplementedError(f"{c.folder}: resize_imgs_with_padding null is not served")
