@@ -87,8 +87,10 @@ class TokenizedGenerateReqInput(_Msg):
     prefix_lm_len: int = 0
     position_shift: int = 0
     relaxed_decoding: bool = False  # token chunks: LeRobot's pad/truncate decoding, not an error
-    # The normalised, zero-padded robot state an action head reads beside the prompt.
+    # The normalised, zero-padded robot state an action head reads beside the prompt, or as
+    # the prompt's token at `state_position` (its embedding the head's embedding of `state`).
     state: Tensor | None = None
+    state_position: int | None = None
 
 
 class BatchTokenizedGenerateReqInput(_Msg):

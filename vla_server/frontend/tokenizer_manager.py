@@ -56,6 +56,7 @@ from vla_server.io_struct import (
     tokenizer_input_decoder,
 )
 from vla_server.metrics import ServerMetrics
+from vla_server.multimodal.state_pad import with_state_pad_id
 from vla_server.policies.base import ActionAsk, PolicyFrontend, PromptPlan
 from vla_server.policies.registry import checkpoint_tokenizer, from_info, import_plugins
 from vla_server.process_utils import zmq_socket
@@ -309,9 +310,8 @@ class TokenizerManager:
         return msg
 
     async def _tokenize(self, item: GenerateItem, received: float) -> TokenizedGenerateReqInput:
-        """The wire request of `item`: the only place one is built. `received` (the request's
-        arrival, before any pause wait and image decoding) is when a `deadline_ms` without
-        `capture_time` starts counting."""
+        """The wire request of `item`, the only place one is built. A `deadline_ms` without
+        `capture_time` counts from `received` (arrival, before pause waits, image decoding)."""
         assert self.limits is not None
         ids, embeds, field = await self._prompt_ids(item)
         if item.num_actions:
@@ -319,6 +319,7 @@ class TokenizerManager:
         ids, mm_items = await self.mm.expand(item, ids, field)
         check_prompt_length(len(ids), self.limits, field)
         plan = self._plan(item, len(ids))
+        ids = with_state_pad_id(ids, plan.state_position, plan.state, self.limits.vocab_size)
         params = item.sampling_params
         if plan.max_new_tokens is not None:
             params = msgspec.structs.replace(
@@ -330,9 +331,8 @@ class TokenizerManager:
             raise RequestError(
                 f"must be smaller than the prompt length {len(ids)}", field="logprob_start_len"
             )
-        deadline = None
-        if item.deadline_ms is not None:
-            deadline = (item.capture_time or received) + item.deadline_ms / 1000
+        start = item.capture_time or received
+        deadline = None if item.deadline_ms is None else start + item.deadline_ms / 1000
         return TokenizedGenerateReqInput(
             rid=item.rid,
             input_ids=ids,
@@ -354,6 +354,7 @@ class TokenizerManager:
             position_shift=plan.position_shift,
             relaxed_decoding=item.relaxed_decoding,
             state=None if plan.state is None else Tensor.from_numpy(plan.state),
+            state_position=plan.state_position,
         )
 
     def _plan(self, item: GenerateItem, prompt_len: int) -> PromptPlan:

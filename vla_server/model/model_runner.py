@@ -31,7 +31,7 @@ from vla_server.model.config import ModelConfig, parse_dtype
 from vla_server.model.forward_batch import ForwardBatch, ForwardMode
 from vla_server.model.llama import LlamaForCausalLM
 from vla_server.model.paged_prefix import PagedPrefix
-from vla_server.model.parts import ActionHead, ModelParts, VisionEncoder
+from vla_server.model.parts import ActionHead, ModelParts, StateTokenHead, VisionEncoder
 from vla_server.model.phase_clock import PhaseClock
 from vla_server.model.sampling import Logprobs, SamplingBatchInfo, compute_logprobs, sample
 from vla_server.model.weight_loader import WeightLoadError, load_decoder_weights
@@ -324,6 +324,15 @@ class ModelRunner:
         self.counters.expert_passes += 1
         self.counters.expert_rows += len(rows)
         return velocity
+
+    @torch.inference_mode()
+    def embed_state(self, state: torch.Tensor) -> torch.Tensor:
+        """The prompt embeddings [B, hidden] (the runner's dtype, on its device) of normalised
+        states [B, state width], for a head whose state is a prompt token (`StateTokenHead`)."""
+        if not isinstance(self.head, StateTokenHead):
+            raise ValueError(f"{self.model_path} has no state token in its prompt")
+        embeds = self.head.embed_state(state.to(self.device, torch.float32))
+        return embeds.to(self.dtype)
 
     def encode_images(
         self, pixel_values: Sequence[torch.Tensor | np.ndarray]

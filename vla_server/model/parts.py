@@ -9,7 +9,7 @@ for them through `ModelParts`, so nothing here names a family.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -59,6 +59,18 @@ class ActionHead(Protocol):
         """float32 velocity [B, chunk_size, width] at the noisy chunks `x_t` (same shape) and
         times [B]; `state` [B, ...]: the requests' normalised robot state, for heads that read
         it beside the prefix (None: the head's zeros)."""
+        ...
+
+
+@runtime_checkable
+class StateTokenHead(Protocol):
+    """An action head whose robot state is a token of the prompt, not an input beside it: the
+    front end puts a placeholder at the request's `state_position`, and the prefill replaces
+    that position's embedding with `embed_state` of the request's normalised `state` (the way
+    image positions get their features), so the decoder's layers see it like any token."""
+
+    def embed_state(self, state: torch.Tensor) -> torch.Tensor:
+        """The prompt embeddings [B, hidden] (float32) of normalised states [B, state width]."""
         ...
 
 

@@ -6,6 +6,7 @@ Checkpoint names are first brought to the plain Llama layout (`model.layers.N...
 * Llama / Qwen2:                 `model.X`, `lm_head.X`
 * LLaVA, transformers 5 layout:  `model.language_model.X`, `lm_head.X`
 * LLaVA, older layout:           `language_model.model.X`, `language_model.lm_head.X`
+* Idefics3 / SmolVLM:            `model.text_model.X`, `lm_head.X`
 * a policy that wraps its decoder:  any of the above under an outer prefix its family strips
                                    (`DecoderLayout.strip`); a tied embedding may be saved only as
                                    `lm_head.weight`
@@ -31,6 +32,7 @@ from tqdm import tqdm
 
 _LAYOUT_PREFIXES = (
     ("model.language_model.", "model."),
+    ("model.text_model.", "model."),
     ("language_model.model.", "model."),
     ("language_model.lm_head.", "lm_head."),
     ("model.", "model."),

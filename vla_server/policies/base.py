@@ -45,11 +45,14 @@ class Tokens:
 @dataclass(frozen=True)
 class Denoise:
     """Action requests generate no tokens: their chunk [chunk_size, width] is integrated from
-    seeded noise over `num_steps` Euler steps, one action-head pass each."""
+    seeded noise over `num_steps` Euler steps, one action-head pass each. `state_token`: the
+    head embeds the request's state as a prompt token (`PromptPlan.state_position`,
+    `model.parts.StateTokenHead`)."""
 
     chunk_size: int
     width: int
     num_steps: int
+    state_token: bool = False
 
     @cached_property
     def times(self) -> tuple[float, ...]:
@@ -85,7 +88,7 @@ class ActionQuery:
 @dataclass(frozen=True)
 class QueryPrompt:
     """An action query's prompt: its token ids, its images in prompt order, and the raw state
-    that rides beside it (None when the prompt carries the state or the family reads none)."""
+    its plan reads (None when the prompt's text carries the state or the family reads none)."""
 
     input_ids: list[int]
     images: list[Any]
@@ -105,13 +108,16 @@ class ActionAsk:
 class PromptPlan:
     """How the scheduler runs a tokenized prompt: its token budget (None: the request's own),
     the ids that end it, its bidirectional prefix and the RoPE shift after it, and the
-    normalised state the action head reads beside the prompt."""
+    normalised state the action head reads: beside the prompt, or (`state_position` set) as
+    the prompt's token at that position, embedded by the head (`model.parts.StateTokenHead`).
+    The front end writes that position's id from the state's bytes (`state_pad_id`)."""
 
     max_new_tokens: int | None = None
     stop_token_ids: tuple[int, ...] = ()
     prefix_lm_len: int = 0
     position_shift: int = 0
     state: np.ndarray | None = None
+    state_position: int | None = None
 
 
 class PromptEncoder(Protocol):

@@ -24,8 +24,11 @@ from vla_server.policies.llava.family import LlavaFamily
 from vla_server.policies.openvla.family import OpenVLAFamily
 from vla_server.policies.pi0.family import Pi0Family
 from vla_server.policies.pi0fast.family import Pi0FastFamily
+from vla_server.policies.smolvla.family import SmolVLAFamily
 
-FAMILIES: list[type[PolicyFamily]] = [OpenVLAFamily, Pi0FastFamily, Pi0Family, LlavaFamily]
+FAMILIES: list[type[PolicyFamily]] = [
+    OpenVLAFamily, Pi0FastFamily, Pi0Family, SmolVLAFamily, LlavaFamily
+]  # fmt: skip
 
 
 class UnknownCheckpoint(ValueError):

@@ -185,12 +185,14 @@ class BatchRunner:
             # Also for chunks without image positions: it counts the images a prefix covered.
             self.embedder.resolve(spans)
         has_images = any(_overlap(it, lo, hi) for r, lo, hi in spans for it in r.mm_items)
-        if not has_images and all(r.input_embeds is None for r, _, _ in spans):
+        has_states = any(lo <= _state_position(r) < hi for r, lo, hi in spans)
+        if not (has_images or has_states) and all(r.input_embeds is None for r, _, _ in spans):
             return None, None
         assert self.embedder is not None or not has_images
         n = sum(len(t) for t in tokens)
         embeds = torch.zeros((n, self.runner.config.hidden_size), dtype=self.runner.dtype)
         mask = torch.zeros(n, dtype=torch.bool)
+        state_rows: list[tuple[int, Req]] = []
         off = 0
         for r, lo, hi in spans:
             if r.input_embeds is not None:  # the prompt is embeddings; outputs are tokens
@@ -208,7 +210,15 @@ class BatchRunner:
                     mask[off + a - lo : off + b - lo] = True
             if features:
                 r.prefill_images.drop_passed(r.mm_items, hi)
+            if lo <= _state_position(r) < hi:
+                state_rows.append((off + _state_position(r) - lo, r))
             off += hi - lo
+        if state_rows:
+            # The state token: the head's embedding of the request's normalised state.
+            states = torch.stack([r.wire.state.to_torch().float() for _, r in state_rows])
+            rows = torch.tensor([row for row, _ in state_rows])
+            embeds[rows] = self.runner.embed_state(states).to(embeds.device, embeds.dtype)
+            mask[rows] = True
         return embeds, mask
 
 
@@ -226,6 +236,12 @@ def _history(r: Req, prefix_len: int, tokens: list[int]) -> TokenHistory:
     if missing > 0:
         out = out + tokens[len(tokens) - missing :]
     return TokenHistory(prompt, out)
+
+
+def _state_position(r: Req) -> int:
+    """Where the request's state token sits in its prompt (-1: it has none)."""
+    pos = r.wire.state_position
+    return -1 if pos is None or r.wire.state is None else pos
 
 
 def _overlap(item: MMItem, lo: int, hi: int) -> bool:

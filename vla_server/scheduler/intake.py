@@ -58,7 +58,7 @@ class Intake:
         req = Req.from_wire(msg)
         req.arrival_time = req.last_step_at = self.clock.monotonic()
         req.arrival_step = self.state.step_count
-        problem = self._prefix_problem(msg)
+        problem = self._prefix_problem(msg) or self._state_problem(msg)
         if problem is not None:
             self.reject(req, *problem)
             return
@@ -143,6 +143,19 @@ class Intake:
         if msg.session_params is not None:
             # A turn's prompt would extend the previous prefix, whose KV then no longer holds.
             return "sessions cannot continue a prefix-LM prompt", 400, "session_params"
+        return None
+
+    def _state_problem(self, msg: TokenizedGenerateReqInput) -> tuple[str, int, str] | None:
+        """Why a request's state token does not fit its prompt, or None."""
+        pos = msg.state_position
+        if pos is None:
+            return None
+        if msg.state is None:
+            return "a state position needs the state", 400, "state"
+        if not 0 <= pos < len(msg.input_ids):
+            return f"must be in [0, {len(msg.input_ids)}) (the prompt)", 400, "state_position"
+        if not (isinstance(self.head, Denoise) and self.head.state_token):
+            return "this model has no state token in its prompt", 400, "state_position"
         return None
 
     def _queue_admits(self, req: Req) -> bool:

@@ -15,13 +15,13 @@ from vla_server.io_struct import ModelInfo
 from vla_server.model.config import ModelConfig
 from vla_server.model.parts import ActionHead, ModelParts
 from vla_server.policies.base import ActionDecoder, Denoise, HeadSpec
-from vla_server.policies.pi0.detokenizer import ChunkDecoder
-from vla_server.policies.pi0.flow_actions import FlowActionPolicy
 from vla_server.policies.pi0.flow_keys import FLOW_TYPES
 from vla_server.policies.pi0.flow_model import FlowModel, expert_model_config
 from vla_server.policies.pi0.frontend import Pi0Frontend
 from vla_server.policies.pi0.openpi_config import openpi_policy_config
+from vla_server.policies.pi_common.chunk_decoder import ChunkDecoder
 from vla_server.policies.pi_common.family import PiFamily
+from vla_server.policies.pi_common.flow_actions import FlowActionPolicy
 
 
 class Pi0Family(PiFamily):

@@ -9,8 +9,8 @@ from typing import Any
 from vla_server.errors import RequestError
 from vla_server.io_struct import ModelInfo
 from vla_server.policies.base import ActionAsk, ActionQuery, PromptPlan, check_chunk_share
-from vla_server.policies.pi0.flow_actions import FlowActionPolicy
 from vla_server.policies.pi0.prompt import flow_prompt_text
+from vla_server.policies.pi_common.flow_actions import FlowActionPolicy
 from vla_server.policies.pi_common.frontend import PiFrontend
 from vla_server.policies.pi_common.policy_inputs import checked_state
 

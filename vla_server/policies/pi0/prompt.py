@@ -11,7 +11,7 @@ cameras' image tokens; the tokenizer adds `<bos>` itself.
 
 from __future__ import annotations
 
-from vla_server.policies.pi0.flow_actions import FlowActionPolicy
+from vla_server.policies.pi_common.flow_actions import FlowActionPolicy
 from vla_server.policies.pi_common.policy_inputs import clean_task
 
 

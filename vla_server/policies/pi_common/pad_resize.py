@@ -5,7 +5,8 @@ LeRobot's pi0/pi0.5/pi0-FAST policies (`_preprocess_images`, with openpi's
 configured size, scaled by `ratio = max(w / W, h / H)` to `(int(h / ratio), int(w / ratio))`
 with torch's bilinear interpolation (`align_corners=False`, no antialiasing), clamped to
 [0, 1], and padded with black (0) to `H x W`, the padding split `(missing // 2, the rest)` on
-top/bottom and left/right; then `x * 2 - 1`.
+top/bottom and left/right; then `x * 2 - 1`. LeRobot's SmolVLA (`LeftTopPadResize`) does the
+same but pads on the left and top only (the frame sits at the bottom right).
 """
 
 from __future__ import annotations
@@ -36,8 +37,18 @@ class PadResize:
         return pad_resize(pixels, self)
 
 
-def pad_resize(pixels: RgbFrame, cfg: PadResize) -> np.ndarray:
-    """uint8 RGB `[h, w, 3]` (or a PIL image) -> C-contiguous float32 `[3, H, W]` in [-1, 1]."""
+@dataclass(frozen=True)
+class LeftTopPadResize(PadResize):
+    def digest(self) -> bytes:
+        return settings_digest(self, b"pad-resize-left-top:")
+
+    def apply(self, pixels: RgbFrame) -> np.ndarray:
+        return pad_resize(pixels, self, centered=False)
+
+
+def pad_resize(pixels: RgbFrame, cfg: PadResize, centered: bool = True) -> np.ndarray:
+    """uint8 RGB `[h, w, 3]` (or a PIL image) -> C-contiguous float32 `[3, H, W]` in [-1, 1];
+    `centered` False: all the padding on the left and top."""
     image = torch.from_numpy(np.array(as_pixels(pixels))).permute(2, 0, 1)  # a writable copy
     image = image.to(torch.float32)[None] / 255.0
     height, width = image.shape[-2:]
@@ -46,7 +57,9 @@ def pad_resize(pixels: RgbFrame, cfg: PadResize) -> np.ndarray:
         size = (int(height / ratio), int(width / ratio))
         image = F.interpolate(image, size=size, mode="bilinear", align_corners=False)
         image = image.clamp(0.0, 1.0)
-        top, left = (cfg.height - size[0]) // 2, (cfg.width - size[1]) // 2
+        top, left = cfg.height - size[0], cfg.width - size[1]
+        if centered:
+            top, left = top // 2, left // 2
         pad = (left, cfg.width - size[1] - left, top, cfg.height - size[0] - top)
         image = F.pad(image, pad, mode="constant", value=0.0)
     return np.ascontiguousarray((image[0] * 2.0 - 1.0).numpy())

@@ -130,17 +130,35 @@ def read_config(folder: str | Path) -> SmolVLAConfig:
 
 
 def find_vlm_folder(folder: Path, vlm_model_name: str) -> Path:
-    """The local SmolVLM2 folder (config + tokenizer) of the checkpoint in `folder`."""
-    # An absolute vlm_model_name replaces `folder` in the join; a hub id falls back to vlm/.
+    """The local SmolVLM2 folder (config + tokenizer) of the checkpoint in `folder`:
+    `vlm_model_name` as a folder (absolute, or inside `folder`), else `folder/vlm`, else the
+    hub id `vlm_model_name` in the local Hugging Face cache (never downloaded)."""
+    # An absolute vlm_model_name replaces `folder` in the join.
     candidates = [folder / vlm_model_name] if vlm_model_name else []
     candidates.append(folder / "vlm")
+    cached = _hub_cache_folder(vlm_model_name)
+    if cached is not None:
+        candidates.append(cached)
     for candidate in candidates:
         if (candidate / "config.json").is_file():
             return candidate
     raise FileNotFoundError(
-        f"no local SmolVLM2 folder for {folder}: vlm_model_name {vlm_model_name!r} is not a "
-        f"folder and {folder / 'vlm'} does not exist (it needs config.json and the tokenizer)"
+        f"no local SmolVLM2 folder for {folder}: vlm_model_name {vlm_model_name!r} is neither "
+        f"a folder nor in the local Hugging Face cache, and {folder / 'vlm'} does not exist "
+        "(it needs config.json and the tokenizer)"
     )
+
+
+def _hub_cache_folder(repo_id: str) -> Path | None:
+    """The cached snapshot of hub id `repo_id`, looked up offline; None if it is not cached."""
+    if not repo_id or repo_id.count("/") != 1 or Path(repo_id).is_absolute():
+        return None
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except Exception:  # noqa: BLE001 (not cached, or not a valid id: either way not found)
+        return None
 
 
 def _check_supported(raw: dict[str, Any]) -> None:

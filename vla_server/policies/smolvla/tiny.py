@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from vla_server.model.checkpoint_cache import cached_folder
 from vla_server.policies.smolvla.config import EMPTY_CAMERA, read_config
 from vla_server.policies.smolvla.model import SmolVLA
 from vla_server.policies.smolvla.tiny_vlm import IMAGE_SIZE, write_vlm_folder
@@ -40,6 +41,7 @@ MAX_TEXT_TOKENS = 16
 NORMALIZER = "policy_preprocessor_step_5_normalizer_processor.safetensors"
 UNNORMALIZER = "policy_postprocessor_step_0_unnormalizer_processor.safetensors"
 NORM_MAP = {"VISUAL": "IDENTITY", "STATE": "MEAN_STD", "ACTION": "MEAN_STD"}
+VERSION = 1  # bump when the tiny folder's contents change (the cache keys on it)
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,14 @@ def build_tiny_smolvla(folder: str | Path, spec: TinySpec = TinySpec()) -> Path:
     stored = {prefix + k: v.contiguous() for k, v in tensors.items()}
     save_file(stored, folder / "model.safetensors")
     return folder
+
+
+def smolvla_model_path(seed: int = 0, empty_cameras: int = 0) -> Path:
+    """The tiny folder (`TinySpec(seed, empty_cameras=...)`: two cameras, `model.`-prefixed
+    keys), built into the checkpoint cache on first use."""
+    spec = TinySpec(seed=seed, empty_cameras=empty_cameras)
+    name = f"tiny-smolvla-v{VERSION}-{seed}" + (f"-empty{empty_cameras}" if empty_cameras else "")
+    return cached_folder(name, lambda out: build_tiny_smolvla(out, spec))
 
 
 def random_tensors(

@@ -1,10 +1,12 @@
-"""pi0 / pi0.5's actions: what an action request on a flow-matching policy needs beside the
-model (the OpenVLA counterpart: `ActionTokenizer`; pi0-FAST's: `FastActionTokenizer`).
+"""The actions of LeRobot's flow policies (pi0, pi0.5, SmolVLA): what an action request on a
+flow-matching policy needs beside the model (the OpenVLA counterpart: `ActionTokenizer`;
+pi0-FAST's: `FastActionTokenizer`).
 
 * State: raw robot state, normalised with the checkpoint's statistics. pi0 feeds it to its
   state token, zero-padded to `max_state_dim`; pi0.5 writes it into the prompt, discretised
   into 256 bins over [-1, 1] from the unpadded normalised values (`np.digitize` without
-  clipping: below -1 gives -1, above 1 gives 255).
+  clipping: below -1 gives -1, above 1 gives 255). SmolVLA, like pi0, projects the padded
+  normalised state into a token (the last of its prompt).
 * Noise: the documented seeded rule of every denoising head (`model/denoise.initial_noise`).
 * Chunk: the denoised `[chunk_size, max_action_dim]`, its first `action_dim` dims unnormalised.
 

@@ -1,4 +1,4 @@
-"""pi0 / pi0.5's denoised chunk -> the request's one `actions` message.
+"""A flow policy's denoised chunk (pi0, pi0.5, SmolVLA) -> the request's `actions` message.
 
 No tokens stream for these requests: the scheduler sends the chunk (normalised, padded to
 `max_action_dim`) with the request's end, and here its first `action_dim` dims are
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from vla_server.policies.base import ActionOutput, ActionStep, first_actions
-from vla_server.policies.pi0.flow_actions import FlowActionPolicy
+from vla_server.policies.pi_common.flow_actions import FlowActionPolicy
 
 
 class ChunkDecoder:
