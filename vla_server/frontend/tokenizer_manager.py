@@ -41,6 +41,7 @@ from vla_server.frontend.req_state import (
     meta_info,
 )
 from vla_server.frontend.session_registry import NodeRobotDefaults, SessionRegistry
+from vla_server.frontend.state_pad import with_state_pad_id
 from vla_server.frontend.text_encoder import TextEncoder
 from vla_server.io_struct import (
     AbortReq,
@@ -56,7 +57,6 @@ from vla_server.io_struct import (
     tokenizer_input_decoder,
 )
 from vla_server.metrics import ServerMetrics
-from vla_server.multimodal.state_pad import with_state_pad_id
 from vla_server.policies.base import ActionAsk, PolicyFrontend, PromptPlan
 from vla_server.policies.registry import checkpoint_tokenizer, from_info, import_plugins
 from vla_server.process_utils import zmq_socket

@@ -1,4 +1,4 @@
-"""The state token's placeholder id (`multimodal/state_pad.py`): derived from the normalised
+"""The state token's placeholder id (`frontend/state_pad.py`): derived from the normalised
 state's bytes, in the image pad ids' range, so the radix cache keys the position by the state."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vla_server.multimodal.state_pad import state_pad_id, with_state_pad_id
+from vla_server.frontend.state_pad import state_pad_id, with_state_pad_id
 
 VOCAB = 400
 
