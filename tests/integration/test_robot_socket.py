@@ -17,7 +17,13 @@ import pytest
 import websockets.sync.client
 
 from tests.support.images import png_base64, random_rgb
-from tests.support.server import idle_state, module_server, post_actions, wait_idle
+from tests.support.server import (
+    idle_state,
+    metric_sum,
+    module_server,
+    post_actions,
+    wait_idle,
+)
 from vla_server.policies.pi0.tiny import pi0_model_path
 
 websocket_client_policy = pytest.importorskip("openpi_client.websocket_client_policy")
@@ -132,6 +138,11 @@ def test_errors_name_the_field_and_leave_the_socket_and_the_node_serving(server)
     with server.client() as c:
         assert idle_state(c) == {"pending": 0, "kv_used": 0}
         assert wait_idle(c)["internal_states"][0]["num_running_reqs"] == 0
+    # The door has its own label: this test's 9 refused frames (no earlier test sent a bad one).
+    with server.client() as c:
+        text = c.get("/metrics").text
+    refused = metric_sum(text, "vla_http_requests_total", route=PATH, status="400")
+    assert refused == len(BAD_FRAMES) + 2
 
 
 def test_an_idle_socket_is_closed(server):

@@ -152,6 +152,9 @@ class RobotSocket:
                 await self.ws.send_bytes(await self.answer(frame))
 
     async def answer(self, frame: bytes) -> bytes:
+        """The reply to one frame; counted in `vla_http_requests_total` under this route, with
+        the HTTP status the same failure gets on `/v1/actions`."""
+        status = 200
         try:
             if len(frame) > self.max_bytes:
                 raise RequestError(
@@ -159,10 +162,14 @@ class RobotSocket:
                 )
             return await self._handle(frame)
         except RequestError as e:
+            status = e.status_code
             return _error(f"{e.field}: {e.message}" if e.field else e.message)
         except ActionFailed as e:
+            status = 500
             logger.warning("robot socket: action decoding failed: %s", e)
             return _error(INTERNAL_ERROR)
+        finally:
+            self.tm.metrics.http_requests.labels(PATH, str(status)).inc()
 
     async def _handle(self, frame: bytes) -> bytes:
         try:
