@@ -113,6 +113,10 @@ BAD_FRAMES = {
     },
     "state": {**observation(0), "state": np.zeros(7, dtype=np.float32)},
     "prompt": {k: v for k, v in observation(0).items() if k != "prompt"},
+    "observation.images.left_wrist_0_rgb": {
+        **observation(0),
+        "observation.images.left_wrist_0_rgb": random_rgb(8, 8, seed=5),
+    },
     "observation.images.base_0_rgb": {
         **observation(0),
         "observation.images.base_0_rgb": np.full((4, 4, 3), np.nan, dtype=np.float32),

@@ -49,6 +49,7 @@ logger = logging.getLogger(__name__)
 
 PATH = "/v1/realtime/robot/openpi"
 _CONTROL_KEYS = ("endpoint", "session_id", "seed", "sampling_params")
+_CAMERA_PREFIX = "observation.images."
 INTERNAL_ERROR = "Internal inference error"
 
 
@@ -186,11 +187,25 @@ class RobotSocket:
             self.robot = robot
             return pack({"status": "reset successful"})
         observation = {k: v for k, v in obs.items() if k not in _CONTROL_KEYS}
+        self._check_cameras(observation)
         body: ActionsBody = observation_body(observation, self.cfg, self.tm.policy.robot_io)
         body.seed = robot.seed() if seed is None else seed
         out = await infer(self.tm, body)
         self.robot = RobotState(robot.session_id, robot.inferences + 1)
         return pack(np.asarray(out["actions"], dtype=np.float32))
+
+    def _check_cameras(self, observation: dict[Any, Any]) -> None:
+        """vLLM-Omni masks a camera it does not know; here it is an error naming the key."""
+        robot = self.tm.policy.robot_io
+        if robot is None or not robot.cameras:
+            return
+        images = observation.get("images")
+        named = [f"images/{k}" for k in images] if isinstance(images, dict) else []
+        named += [k for k in observation if isinstance(k, str) and k.startswith(_CAMERA_PREFIX)]
+        for key in named:
+            camera = key.removeprefix("images/").removeprefix(_CAMERA_PREFIX)
+            if camera not in robot.cameras:
+                raise RequestError(f"is not a camera of this policy ({list(robot.cameras)})", key)
 
 
 def add_robot_socket_route(app: FastAPI, node: NodeHandle) -> None:
