@@ -24,6 +24,7 @@ import torch
 from safetensors.numpy import load_file
 
 from tests.support import pi0_reference as ref
+from tests.support.doors import same_chunk_through_three_doors
 from tests.support.families import family_tokenizer
 from tests.support.images import png_base64, random_rgb
 from tests.support.pi0fast_reference import lerobot_pixels
@@ -206,27 +207,8 @@ def test_pi05_openpi_layout_equals_the_spec_reference(pi05_server):
 
 
 def test_generate_and_the_openpi_websocket_give_the_same_chunk(pi0_server):
-    from openpi_client import websocket_client_policy
-
-    frames = CAMERA_SETS[0]
-    expected = post_actions(pi0_server, _body(0, 0, 1, seed=21))["actions"]
-    body = {
-        "text": INSTRUCTIONS[0] + "\n",  # /generate takes the prompt as written
-        "image_data": [png_base64(frames[name]) for name in CAMERAS],
-        "num_actions": CHUNK,
-        "state": STATES[1],
-        "sampling_params": {"seed": 21},
-    }
-    with pi0_server.client() as c:
-        r = c.post("/generate", json=body)
-    assert r.status_code == 200, r.text
-    assert r.json()["actions"] == expected and r.json()["output_ids"] == []
-    client = websocket_client_policy.WebsocketClientPolicy("127.0.0.1", pi0_server.port)
-    assert client.get_server_metadata()["action_horizon"] == CHUNK
-    obs = {f"observation/{name}": frames[name] for name in CAMERAS}
-    out = client.infer({**obs, "state": np.asarray(STATES[1]), "prompt": INSTRUCTIONS[0],
-                        "seed": 21})  # fmt: skip
-    np.testing.assert_array_equal(out["actions"], np.asarray(expected))
+    frames = {name: CAMERA_SETS[0][name] for name in CAMERAS}
+    same_chunk_through_three_doors(pi0_server, frames, INSTRUCTIONS[0], STATES[1], CHUNK, 21)
 
 
 def test_a_shorter_image_list_masks_the_cameras_after_it(pi0_server):

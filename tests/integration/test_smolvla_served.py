@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.support.doors import same_chunk_through_three_doors
 from tests.support.images import png_base64, random_rgb
 from tests.support.server import internal_state, model_work, module_server, post_actions
 from vla_server.policies.smolvla.policy import SmolVLAPolicy
@@ -188,27 +189,10 @@ def test_bad_input_names_the_field_and_leaves_nothing(smolvla_server, change, fi
 
 
 def test_generate_and_the_openpi_websocket_give_the_same_chunk(smolvla_server):
-    from openpi_client import websocket_client_policy
-
-    frames = CAMERA_SETS[0]
-    expected = post_actions(smolvla_server, _body(0, 0, 1, seed=21))["actions"]
-    body = {
-        "text": INSTRUCTIONS[0] + "\n",  # /generate takes the prompt as written
-        "image_data": [png_base64(frames[name]) for name in NAMES],
-        "num_actions": CHUNK,
-        "state": STATES[1],
-        "sampling_params": {"seed": 21},
-    }
-    with smolvla_server.client() as c:
-        r = c.post("/generate", json=body)
-    assert r.status_code == 200, r.text
-    assert r.json()["actions"] == expected and r.json()["output_ids"] == []
+    frames = {name: CAMERA_SETS[0][name] for name in NAMES}
+    reply = same_chunk_through_three_doors(
+        smolvla_server, frames, INSTRUCTIONS[0], STATES[1], CHUNK, 21
+    )
     # The same observation as the /v1/actions query just before: the whole prompt is cached.
-    meta = r.json()["meta_info"]
+    meta = reply["meta_info"]
     assert meta["cached_tokens"] == meta["prompt_tokens"] > 0
-    client = websocket_client_policy.WebsocketClientPolicy("127.0.0.1", smolvla_server.port)
-    assert client.get_server_metadata()["action_horizon"] == CHUNK
-    obs = {f"observation/{name}": frames[name] for name in NAMES}
-    out = client.infer({**obs, "state": np.asarray(STATES[1]), "prompt": INSTRUCTIONS[0],
-                        "seed": 21})  # fmt: skip
-    np.testing.assert_array_equal(out["actions"], np.asarray(expected))
