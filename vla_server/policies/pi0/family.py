@@ -30,9 +30,14 @@ class Pi0Family(PiFamily):
 
     @classmethod
     def tiny_checkpoints(cls) -> dict[str, Callable[[], Path]]:
-        from vla_server.policies.pi0.tiny import KINDS, pi0_model_path
+        from vla_server.policies.pi0.tiny import KINDS, RTC_CHUNK, pi0_model_path
 
-        return {kind: partial(pi0_model_path, kind, "bare") for kind in KINDS}
+        tiny = {kind: partial(pi0_model_path, kind, "bare") for kind in KINDS}
+        for kind in KINDS:
+            tiny[f"{kind}-chunk{RTC_CHUNK}"] = partial(
+                pi0_model_path, kind, "bare", chunk=RTC_CHUNK
+            )
+        return tiny
 
     @classmethod
     def describe_config(cls, folder: Path, raw: dict[str, Any]) -> dict[str, Any]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from vla_server.errors import RequestError
 from vla_server.io_struct import ModelInfo
 from vla_server.policies.base import ActionAsk, ActionQuery, PromptPlan, check_chunk_share
@@ -53,6 +55,9 @@ class Pi0Frontend(PiFrontend):
             state = self.policy.state_vector(checked_state(self.spec, ask.state))
         # The chunk is denoised over the prompt's K/V: no new tokens.
         return PromptPlan(max_new_tokens=0, prefix_lm_len=prompt_len, state=state)
+
+    def prev_chunk_target(self, prev_chunk: np.ndarray) -> np.ndarray:
+        return self.policy.prev_chunk_target(prev_chunk)
 
     def action_token_ids(self, output_ids: list[int], start: int, stop: int) -> list[Any]:
         return []

@@ -5,8 +5,10 @@ shared tiny ones (`pi_common/tiny_paligemma.py`, `pi_common/tiny_text_tokenizer.
 PaliGemma with Gemma width 64, 2 layers, 4 query heads and 1 KV head of 16, SigLIP at 28 px =
 4 tokens per camera, two cameras, a 4-dim state, a 3-dim action, max dims 32. The action
 expert is a Gemma of width 32, MLP 64 and the backbone's depth and heads, described by a
-`dit_config` (transformers' `PI0Config.dit_config`); chunks of 4, 10 Euler steps. Weights are
-drawn with a fixed seed and a wide spread, so outputs are not near 0.
+`dit_config` (transformers' `PI0Config.dit_config`); chunks of 4 (or `chunk`, e.g. the
+`RTC_CHUNK` of 50 that real-time chunking's delays and horizons need: the same weights, a longer
+suffix), 10 Euler steps. Weights are drawn with a fixed seed and a wide spread, so outputs are
+not near 0.
 
 Layouts (`pi0_model_path(kind, layout)`):
 
@@ -51,6 +53,7 @@ from vla_server.policies.pi_common.tiny_text_tokenizer import build_text_tokeniz
 KINDS = ("pi0", "pi05")
 LAYOUTS = ("bare", "prefixed", "openpi")
 CHUNK = 4
+RTC_CHUNK = 50  # pi0's real chunk: room for real-time chunking's delays and horizons
 MAX_DIM = 32
 NUM_STEPS = 10
 EXPERT_WIDTH, EXPERT_MLP = 64 // 2, 64
@@ -114,7 +117,7 @@ def random_flow_tensors(kind: str, seed: int) -> dict[str, torch.Tensor]:
     return out
 
 
-def _lerobot_config(kind: str, vlm: dict[str, Any]) -> dict[str, Any]:
+def _lerobot_config(kind: str, vlm: dict[str, Any], chunk: int) -> dict[str, Any]:
     visual = {"type": "VISUAL", "shape": [3, IMAGE_SIZE, IMAGE_SIZE]}
     mode = "MEAN_STD" if kind == "pi0" else "QUANTILES"
     return {
@@ -129,8 +132,8 @@ def _lerobot_config(kind: str, vlm: dict[str, Any]) -> dict[str, Any]:
         "paligemma_variant": "gemma_2b",
         "action_expert_variant": "gemma_300m",
         "dtype": "float32",
-        "chunk_size": CHUNK,
-        "n_action_steps": CHUNK,
+        "chunk_size": chunk,
+        "n_action_steps": chunk,
         "max_state_dim": MAX_DIM,
         "max_action_dim": MAX_DIM,
         "num_inference_steps": NUM_STEPS,
@@ -143,10 +146,10 @@ def _lerobot_config(kind: str, vlm: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _openpi_config(vlm: dict[str, Any]) -> dict[str, Any]:
+def _openpi_config(vlm: dict[str, Any], chunk: int) -> dict[str, Any]:
     return {
         "action_dim": MAX_DIM,
-        "action_horizon": CHUNK,
+        "action_horizon": chunk,
         "paligemma_variant": "gemma_2b",
         "action_expert_variant": "gemma_300m",
         "precision": "float32",
@@ -164,7 +167,7 @@ def _write_norm_stats(out: Path) -> None:
     (folder / "norm_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
 
 
-def build_pi0(out: Path, kind: str, layout: str, seed: int = 0) -> None:
+def build_pi0(out: Path, kind: str, layout: str, seed: int = 0, chunk: int = CHUNK) -> None:
     from safetensors.torch import save_file
 
     tokenizer = build_text_tokenizer(TEXT_BPE, FAST_VOCAB, SKIP)
@@ -179,20 +182,22 @@ def build_pi0(out: Path, kind: str, layout: str, seed: int = 0) -> None:
     save_file(tensors, str(out / "model.safetensors"))
     tokenizer.save_pretrained(out)
     if layout == "openpi":
-        write_json_file(out / "config.json", _openpi_config(vlm))
+        write_json_file(out / "config.json", _openpi_config(vlm, chunk))
         _write_norm_stats(out)
     else:
-        write_json_file(out / "config.json", _lerobot_config(kind, vlm))
+        write_json_file(out / "config.json", _lerobot_config(kind, vlm, chunk))
         write_processors(out, "MEAN_STD" if kind == "pi0" else "QUANTILES")
 
 
-def pi0_model_path(kind: str, layout: str, seed: int = 0) -> Path:
+def pi0_model_path(kind: str, layout: str, seed: int = 0, chunk: int = CHUNK) -> Path:
     """The tiny pi0 ("pi0") or pi0.5 ("pi05") folder in `layout`, built into the checkpoint
-    cache on first use."""
+    cache on first use; `chunk`: its chunk size (the weights do not depend on it)."""
     if kind not in KINDS or layout not in LAYOUTS:
         raise ValueError(
             f"unknown kind {kind!r} or layout {layout!r} (kinds: {', '.join(KINDS)}; "
             f"layouts: {', '.join(LAYOUTS)})"
         )
-    name = f"tiny-{kind}-v{VERSION}-{layout}-{seed}"
-    return cached_folder(name, lambda out: build_pi0(out, kind, layout, seed))
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
+    name = f"tiny-{kind}-v{VERSION}-{layout}-{seed}" + ("" if chunk == CHUNK else f"-chunk{chunk}")
+    return cached_folder(name, lambda out: build_pi0(out, kind, layout, seed, chunk))

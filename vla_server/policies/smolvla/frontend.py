@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from vla_server.errors import RequestError
 from vla_server.io_struct import ModelInfo
 from vla_server.policies.base import ActionAsk, ActionQuery, PromptPlan, check_chunk_share
@@ -73,6 +75,9 @@ class SmolVLAFrontend(PiFrontend):
             state=state,
             state_position=prompt_len - 1,
         )
+
+    def prev_chunk_target(self, prev_chunk: np.ndarray) -> np.ndarray:
+        return self.policy.prev_chunk_target(prev_chunk)
 
     def action_token_ids(self, output_ids: list[int], start: int, stop: int) -> list[Any]:
         return []
