@@ -186,8 +186,9 @@ def test_the_first_delayed_actions_adhere_to_the_previous_chunk(outcome):
             assert guided < unguided, (r["case"], jac, guided, unguided)
             ratios.append(guided / unguided)
         kind = outcome["kind"]
-        print(f"rtc adherence {kind} {jac}: mean ratio guided/unguided distance "
-              f"{np.mean(ratios):.3f} over {len(ratios)} cases (max {max(ratios):.3f})")  # fmt: skip
+        mean, most = float(np.mean(ratios)), max(ratios)
+        print(f"rtc adherence {kind} {jac}: mean ratio guided/unguided distance {mean:.3f} "
+              f"over {len(ratios)} cases (max {most:.3f})")  # fmt: skip
 
 
 # ---- batching: robots with and without guidance in one pass -------------------------------
