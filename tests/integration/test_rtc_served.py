@@ -29,6 +29,9 @@ from tests.support.server import module_server
 from vla_server.policies.pi0.tiny import MAX_DIM, RTC_CHUNK, pi0_model_path
 from vla_server.policies.pi_common.policy_inputs import clean_task
 from vla_server.policies.pi_common.tiny_paligemma import ACTION_DIM, CAMERAS, IMAGE_SIZE
+from vla_server.policies.smolvla.tiny import ACTION_DIM as SMOL_DIM
+from vla_server.policies.smolvla.tiny import CAMERAS as SMOL_CAMERAS
+from vla_server.policies.smolvla.tiny import smolvla_model_path
 
 FRAMES = {CAMERAS[0]: random_rgb(40, 60, seed=1), CAMERAS[1]: random_rgb(28, 28, seed=2)}
 INSTRUCTION = "pick up the red block"
@@ -50,6 +53,7 @@ def folder(kind: str):
 
 pi0_server = module_server(lambda: folder("pi0"))
 pi05_server = module_server(lambda: folder("pi05"))
+smolvla_server = module_server(smolvla_model_path)
 
 
 def body(seed: int, **fields) -> dict:
@@ -221,8 +225,6 @@ def test_robots_with_and_without_guidance_in_one_pass_get_their_own_chunks(pi0_s
     with pi0_server.client() as c:
         c.post("/flush_cache")  # so that together, too, each prompt is prefilled
     batch = {key: [r.get(key) for r in robots] for key in robots[0]} | shared
-    for key in ("prev_chunk", "inference_delay", "execution_horizon", "rtc"):
-        batch[key] = [r.get(key) for r in robots]
     before = internal(pi0_server)["model_counters"]
     together = post(pi0_server, batch, "/generate")
     after = internal(pi0_server)["model_counters"]
@@ -282,7 +284,7 @@ def test_bad_guidance_on_generate_names_the_field(pi0_server):
                  "num_actions": 4, "state": STATE, **GOOD}  # fmt: skip
         r = c.post("/generate", json=batch)  # a batch needs one prev_chunk entry per prompt
         assert r.status_code == 400 and r.json()["error"]["field"] == "prev_chunk", r.text
-        r = c.post("/generate", json={**batch, "prev_chunk": [GOOD["prev_chunk"], None],
+        r = c.post("/generate", json={**batch, "prev_chunk": [GOOD["prev_chunk"]] * 2,
                                       "inference_delay": [3, 30]})  # fmt: skip
         assert r.status_code == 400, r.text
         assert r.json()["error"]["field"] == "inference_delay[1]", r.text
@@ -318,3 +320,28 @@ def test_the_openpi_websocket_takes_the_same_fields(pi0_server):
     with pytest.raises(RuntimeError, match="Error in inference server") as info:
         client.infer({**obs, **fields, "prev_chunk": bad})
     assert "prev_chunk: must be finite" in str(info.value)
+
+
+# ---- SmolVLA: the same fields through another family's head --------------------------------
+
+
+def test_smolvla_chunks_are_guided_too(smolvla_server):
+    """The family-neutral path on SmolVLA's paged head (its chunk of 10): both Jacobians give
+    finite chunks whose first delayed actions adhere to the previous chunk, the vjp differs
+    from the identity, and a zero-weight schedule is the unguided chunk bit for bit."""
+    names = [c.removeprefix("observation.images.") for c in SMOL_CAMERAS]
+    frames = {n: png_base64(random_rgb(48, 64, seed=30 + i)) for i, n in enumerate(names)}
+    b = {"instruction": INSTRUCTION, "image_data": frames, "state": [0.3] * SMOL_DIM}
+    prev = post(smolvla_server, {**b, "seed": 5})["actions"][2:]
+    unguided = np.asarray(post(smolvla_server, {**b, "seed": 6})["actions"])
+    out = {}
+    for jac in JACOBIANS:
+        fields = guidance(prev, ("linear", 3, 8, 10.0), jac)
+        out[jac] = np.asarray(post(smolvla_server, {**b, "seed": 6, **fields})["actions"])
+        assert np.isfinite(out[jac]).all()
+        p = np.asarray(prev)
+        assert np.abs(out[jac][:3] - p[:3]).mean() < np.abs(unguided[:3] - p[:3]).mean()
+        zero = guidance(prev, ("zeros", 0, 8, 10.0), jac)
+        same = post(smolvla_server, {**b, "seed": 6, **zero})["actions"]
+        np.testing.assert_array_equal(np.asarray(same), unguided)
+    assert np.abs(out["identity"] - out["vjp"]).max() > 1e-5
