@@ -30,14 +30,10 @@ class Pi0Family(PiFamily):
 
     @classmethod
     def tiny_checkpoints(cls) -> dict[str, Callable[[], Path]]:
-        from vla_server.policies.pi0.tiny import KINDS, RTC_CHUNK, pi0_model_path
+        from vla_server.policies.pi0.tiny import KINDS, pi0_model_path, rtc_model_path
 
         tiny = {kind: partial(pi0_model_path, kind, "bare") for kind in KINDS}
-        for kind in KINDS:
-            tiny[f"{kind}-chunk{RTC_CHUNK}"] = partial(
-                pi0_model_path, kind, "bare", chunk=RTC_CHUNK
-            )
-        return tiny
+        return tiny | {f"{kind}-rtc": partial(rtc_model_path, kind) for kind in KINDS}
 
     @classmethod
     def describe_config(cls, folder: Path, raw: dict[str, Any]) -> dict[str, Any]:
