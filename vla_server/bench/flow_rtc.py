@@ -11,8 +11,10 @@ more while the new chunk is computed (`inference_delay` = d), the soft weights e
 `execution_horizon` = max(d, chunk / 2), `rtc.schedule` exp (the paper's). The three modes run
 one after another at each robot count, on one node. Reported per (robots, mode): time to the
 chunk (P50/P99), chunks per second, action-head passes per chunk and the head's time per chunk
-(the node's phase clock: a vjp pass includes its backward), and the P50 against the unguided
-run's. Writes `flow-rtc.json` and `flow-rtc.png` under `--out`.
+(the node's phase clock: a vjp pass includes its backward; both counted over the timed chunks
+and each robot's untimed first one), and the P50 against the unguided run's. Every run sends
+new frames (no prefix-cache hits across runs). Writes `flow-rtc.json` and `flow-rtc.png` under
+`--out`.
 """
 
 from __future__ import annotations
@@ -70,11 +72,12 @@ def run_rtc(args: argparse.Namespace, path: Path) -> dict[str, Any]:
         warm = RtcLoad.for_chunk(chunk, "vjp")
         asyncio.run(served_run(s, robot_io, 1, 2, seed=99, guided=warm))  # warm-up, both paths
         for robots in robot_counts:
-            for mode in MODES:
+            for m, mode in enumerate(MODES):
                 load = RtcLoad.for_chunk(chunk, mode)
                 print(f"served: {robots} robot(s) x {args.chunks} chunks, guidance {mode} ...")
+                seed = 10 * robots + m  # new frames for every run: no prefix-cache hits
                 out = asyncio.run(
-                    served_run(s, robot_io, robots, args.chunks, seed=robots, guided=load)
+                    served_run(s, robot_io, robots, args.chunks, seed=seed, guided=load)
                 )
                 runs.append({**out, "guidance": mode, "load": load.describe()})
     if not runs[0]["expert_passes"]:
@@ -102,6 +105,6 @@ def report_rtc(args: argparse.Namespace, path: Path, runs: list[dict[str, Any]])
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / "flow-rtc.json", result)
     series = {f"{r['robots']} robot(s), {r['guidance']}": r["latencies_s"] for r in runs}
-    title = f"{path.name}: time to the action chunk, with and without RTC guidance"
+    title = f"{path.name}: time to the chunk, RTC guidance or none"
     plot_distributions(args.out / "flow-rtc.png", title, series)
     return result
