@@ -1,6 +1,7 @@
 """pi0's and pi0.5's front-end rules: the task prompt (`prompt.py`), a chunk that is denoised
 rather than sampled (no token budget, no token options), pi0's state beside the prompt for its
-state token, and cameras that may be missing (masked, as LeRobot feeds them)."""
+state token, cameras that may be missing (masked, as LeRobot feeds them), and real-time
+chunking's previous chunk in the head's space (`FlowActionPolicy.prev_chunk_target`)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,8 @@
   normalised state in its place. Images and text are one bidirectional prefix that does not see
   the state (`prefix_lm_len` = the prompt's length - 1); the state token sees all of them.
 * The chunk is denoised from seeded noise, not sampled; it is unnormalised with the action
-  statistics of the folder's postprocessor (`pi_common.flow_actions`).
+  statistics of the folder's postprocessor (`pi_common.flow_actions`), and real-time chunking's
+  previous chunk is normalised with them (`prev_chunk_target`).
 """
 
 from __future__ import annotations
