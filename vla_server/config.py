@@ -144,6 +144,14 @@ class ServerArgs:
         },
     )
     openpi_unnorm_key: str | None = _opt(None, "openpi policy endpoint: default unnorm key")
+    robot_openpi_idle_timeout: float = _opt(
+        30.0, "vLLM-Omni robot socket: close a socket idle this many seconds (0: never)"
+    )
+    robot_openpi_max_payload_bytes: int = _opt(
+        16 * 1024 * 1024,
+        "vLLM-Omni robot socket: a larger frame gets an error reply, the socket stays open "
+        "(frames over --max-request-bytes are refused by the WebSocket layer, which closes it)",
+    )
     openpi_state_keys: list[str] = field(
         default_factory=list,
         metadata={
@@ -276,6 +284,8 @@ class FrontendConfig:
     openpi_image_keys: tuple[str, ...]
     openpi_unnorm_key: str | None
     openpi_state_keys: tuple[str, ...]
+    robot_openpi_idle_timeout: float
+    robot_openpi_max_payload_bytes: int
     prompt_convention: str
 
 

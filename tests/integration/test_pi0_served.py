@@ -24,10 +24,11 @@ import torch
 from safetensors.numpy import load_file
 
 from tests.support import pi0_reference as ref
+from tests.support.doors import same_chunk_through_three_doors
 from tests.support.families import family_tokenizer
 from tests.support.images import png_base64, random_rgb
 from tests.support.pi0fast_reference import lerobot_pixels
-from tests.support.server import module_server
+from tests.support.server import internal_state, model_work, module_server, post_actions
 from vla_server.policies.pi0.tiny import CHUNK, MAX_DIM, pi0_model_path
 from vla_server.policies.pi_common.tiny_paligemma import ACTION_DIM, CAMERAS, IMAGE_SIZE
 
@@ -49,18 +50,6 @@ def _body(c: int, i: int, s: int, seed: int) -> dict:
     images = {name: png_base64(im) for name, im in CAMERA_SETS[c].items()}
     return {"instruction": INSTRUCTIONS[i], "image_data": images, "state": STATES[s],
             "seed": seed}  # fmt: skip
-
-
-def _post(server, body: dict) -> dict:
-    with server.client() as c:
-        r = c.post("/v1/actions", json=body)
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
-def _internal(server) -> dict:
-    with server.client() as c:
-        return c.get("/get_server_info").json()["internal_states"][0]
 
 
 def _pixels(c: int) -> tuple[torch.Tensor, list[bool]]:
@@ -107,7 +96,7 @@ def pi0_oracle() -> list[np.ndarray]:
 def test_pi0_actions_equal_transformers_pi0(pi0_server, pi0_oracle):
     assert len({a.tobytes() for a in pi0_oracle}) == len(CASES)
     for n, case in enumerate(CASES):
-        out = _post(pi0_server, _body(*case, seed=100 + n))
+        out = post_actions(pi0_server, _body(*case, seed=100 + n))
         assert out["num_actions"] == CHUNK and out["action_dim"] == ACTION_DIM
         assert out["finish_reason"] == "actions" and out["usage"]["completion_tokens"] == 0
         np.testing.assert_allclose(np.asarray(out["actions"]), pi0_oracle[n], rtol=0, atol=1e-4)
@@ -118,29 +107,23 @@ def test_only_the_openpi_layout_cleans_the_pi0_task(pi0_server, pi0_openpi_serve
     as given, so on a LeRobot folder the two spellings are two prompts."""
     as_given = {**_body(0, 0, 0, seed=3), "instruction": " pick_up the red_cube"}
     cleaned = {**as_given, "instruction": "pick up the red cube"}
-    openpi = [_post(pi0_openpi_server, b) for b in (as_given, cleaned)]
+    openpi = [post_actions(pi0_openpi_server, b) for b in (as_given, cleaned)]
     assert openpi[0]["usage"]["prompt_tokens"] == openpi[1]["usage"]["prompt_tokens"]
     assert openpi[0]["actions"] == openpi[1]["actions"]
-    lerobot = [_post(pi0_server, b) for b in (as_given, cleaned)]
+    lerobot = [post_actions(pi0_server, b) for b in (as_given, cleaned)]
     assert lerobot[0]["usage"]["prompt_tokens"] != lerobot[1]["usage"]["prompt_tokens"]
     assert lerobot[0]["actions"] != lerobot[1]["actions"]
 
 
-def _work(internal: dict) -> tuple[dict[str, int], dict[str, float]]:
-    """The model runner's counters and its seconds per phase."""
-    counters = dict(internal["model_counters"])
-    return counters, counters.pop("seconds")
-
-
 def test_design_counters_and_the_untouched_pool(pi0_server):
     body = {**_body(1, 0, 1, seed=5), "instruction": "wipe the table"}  # a prompt not seen yet
-    before = _internal(pi0_server)
-    first = _post(pi0_server, body)
-    mid = _internal(pi0_server)
-    again = _post(pi0_server, body)
-    after = _internal(pi0_server)
+    before = internal_state(pi0_server)
+    first = post_actions(pi0_server, body)
+    mid = internal_state(pi0_server)
+    again = post_actions(pi0_server, body)
+    after = internal_state(pi0_server)
     prompt = first["usage"]["prompt_tokens"]
-    (c0, s0), (c1, s1), (c2, s2) = _work(before), _work(mid), _work(after)
+    (c0, s0), (c1, s1), (c2, s2) = model_work(before), model_work(mid), model_work(after)
     d1 = {k: c1[k] - c0[k] for k in c1}
     d2 = {k: c2[k] - c1[k] for k in c1}
     # The VLM ran over the prompt once; the expert ran once per Euler step.
@@ -163,11 +146,11 @@ def test_design_counters_and_the_untouched_pool(pi0_server):
 def test_four_robots_at_once_get_the_chunks_they_get_alone(pi0_server):
     bodies = [_body(c, 1, c % 2, seed=40 + c) for c in range(3)] + [_body(0, 0, 0, seed=43)]
     bodies = [{**b, "instruction": f"{b['instruction']} {k}"} for k, b in enumerate(bodies)]
-    alone = [_post(pi0_server, b)["actions"] for b in bodies]
-    before = _internal(pi0_server)["model_counters"]
+    alone = [post_actions(pi0_server, b)["actions"] for b in bodies]
+    before = internal_state(pi0_server)["model_counters"]
     with ThreadPoolExecutor(4) as pool:
-        together = list(pool.map(lambda b: _post(pi0_server, b)["actions"], bodies))
-    after = _internal(pi0_server)["model_counters"]
+        together = list(pool.map(lambda b: post_actions(pi0_server, b)["actions"], bodies))
+    after = internal_state(pi0_server)["model_counters"]
     np.testing.assert_allclose(np.asarray(together), np.asarray(alone), rtol=0, atol=1e-5)
     # Whether the four overlapped is up to timing here; that they share passes when they do is
     # shown deterministically in test_sched_flow.py and, on the real model, test_pi0_model.py.
@@ -192,13 +175,16 @@ def test_bad_input_names_the_field_and_leaves_nothing(pi0_server, change, field)
         r = c.post("/v1/actions", json={**_body(0, 0, 0, seed=1), **change})
     assert r.status_code == 400, r.text
     assert r.json()["error"]["field"] == field, r.text
-    state = _internal(pi0_server)
+    state = internal_state(pi0_server)
     assert state["num_running_reqs"] == 0 and state["kv_pool"]["used"] == 0
 
 
 def test_num_actions_takes_the_chunks_first_actions(pi0_server):
-    whole = _post(pi0_server, _body(0, 1, 0, seed=9))["actions"]
-    assert _post(pi0_server, {**_body(0, 1, 0, seed=9), "num_actions": 2})["actions"] == whole[:2]
+    whole = post_actions(pi0_server, _body(0, 1, 0, seed=9))["actions"]
+    assert (
+        post_actions(pi0_server, {**_body(0, 1, 0, seed=9), "num_actions": 2})["actions"]
+        == whole[:2]
+    )
 
 
 def test_pi05_openpi_layout_equals_the_spec_reference(pi05_server):
@@ -216,38 +202,19 @@ def test_pi05_openpi_layout_equals_the_spec_reference(pi05_server):
         chunk = reference.sample(pixels, present, tokenizer(text)["input_ids"], None,
                                  _noise(7 + n)[0])  # fmt: skip
         expected = (chunk[:, :ACTION_DIM].numpy() + 1) / 2 * (a99 - a01 + 1e-6) + a01
-        out = _post(pi05_server, _body(c, i, s, seed=7 + n))
+        out = post_actions(pi05_server, _body(c, i, s, seed=7 + n))
         np.testing.assert_allclose(np.asarray(out["actions"]), expected, rtol=0, atol=1e-4)
 
 
 def test_generate_and_the_openpi_websocket_give_the_same_chunk(pi0_server):
-    from openpi_client import websocket_client_policy
-
-    frames = CAMERA_SETS[0]
-    expected = _post(pi0_server, _body(0, 0, 1, seed=21))["actions"]
-    body = {
-        "text": INSTRUCTIONS[0] + "\n",  # /generate takes the prompt as written
-        "image_data": [png_base64(frames[name]) for name in CAMERAS],
-        "num_actions": CHUNK,
-        "state": STATES[1],
-        "sampling_params": {"seed": 21},
-    }
-    with pi0_server.client() as c:
-        r = c.post("/generate", json=body)
-    assert r.status_code == 200, r.text
-    assert r.json()["actions"] == expected and r.json()["output_ids"] == []
-    client = websocket_client_policy.WebsocketClientPolicy("127.0.0.1", pi0_server.port)
-    assert client.get_server_metadata()["action_horizon"] == CHUNK
-    obs = {f"observation/{name}": frames[name] for name in CAMERAS}
-    out = client.infer({**obs, "state": np.asarray(STATES[1]), "prompt": INSTRUCTIONS[0],
-                        "seed": 21})  # fmt: skip
-    np.testing.assert_array_equal(out["actions"], np.asarray(expected))
+    frames = {name: CAMERA_SETS[0][name] for name in CAMERAS}
+    same_chunk_through_three_doors(pi0_server, frames, INSTRUCTIONS[0], STATES[1], CHUNK, 21)
 
 
 def test_a_shorter_image_list_masks_the_cameras_after_it(pi0_server):
     """A list with fewer images than cameras is the first cameras; the rest are masked, as a
     map that leaves them out."""
     frame = png_base64(CAMERA_SETS[2][CAMERAS[0]])
-    by_name = _post(pi0_server, _body(2, 1, 0, seed=31))["actions"]
-    listed = _post(pi0_server, {**_body(2, 1, 0, seed=31), "image_data": [frame]})["actions"]
+    by_name = post_actions(pi0_server, _body(2, 1, 0, seed=31))["actions"]
+    listed = post_actions(pi0_server, {**_body(2, 1, 0, seed=31), "image_data": [frame]})["actions"]
     assert listed == by_name

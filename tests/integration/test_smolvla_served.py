@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 import torch
 
+from tests.support.doors import same_chunk_through_three_doors
 from tests.support.images import png_base64, random_rgb
-from tests.support.server import module_server
+from tests.support.server import internal_state, model_work, module_server, post_actions
 from vla_server.policies.smolvla.policy import SmolVLAPolicy
 from vla_server.policies.smolvla.processor import Observation
 from vla_server.policies.smolvla.tiny import ACTION_DIM, CAMERAS, CHUNK, smolvla_model_path
@@ -49,18 +50,6 @@ def _body(c: int, i: int, s: int, seed: int) -> dict:
             "seed": seed}  # fmt: skip
 
 
-def _post(server, body: dict) -> dict:
-    with server.client() as c:
-        r = c.post("/v1/actions", json=body)
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
-def _internal(server) -> dict:
-    with server.client() as c:
-        return c.get("/get_server_info").json()["internal_states"][0]
-
-
 @cache
 def _policy(empty_cameras: int = 0) -> SmolVLAPolicy:
     return SmolVLAPolicy.from_folder(smolvla_model_path(empty_cameras=empty_cameras))
@@ -80,7 +69,7 @@ def _expected(c: int, i: int | str, s: int, seed: int, empty_cameras: int = 0) -
 @pytest.mark.parametrize("case", CASES, ids=[f"cams{c}-task{i}-state{s}" for c, i, s in CASES])
 def test_actions_equal_the_model_half(smolvla_server, case):
     seed = 100 + CASES.index(case)
-    out = _post(smolvla_server, _body(*case, seed=seed))
+    out = post_actions(smolvla_server, _body(*case, seed=seed))
     assert out["num_actions"] == CHUNK and out["action_dim"] == ACTION_DIM
     assert out["finish_reason"] == "actions" and out["usage"]["completion_tokens"] == 0
     expected = _expected(*case, seed=seed)
@@ -92,7 +81,7 @@ def test_actions_equal_the_model_half(smolvla_server, case):
 def test_an_empty_cameras_folder_serves_what_lerobot_computes(empty_camera_server, c):
     """With empty_cameras 1 LeRobot's prefix has masked slots (the empty camera, a missing
     one); the node leaves them out, which is the same computation."""
-    out = _post(empty_camera_server, _body(c, 1, 0, seed=80 + c))
+    out = post_actions(empty_camera_server, _body(c, 1, 0, seed=80 + c))
     expected = _expected(c, 1, 0, seed=80 + c, empty_cameras=1)
     np.testing.assert_allclose(np.asarray(out["actions"]), expected, rtol=0, atol=1e-5)
     text = len(_policy().processor.tokenizer(INSTRUCTIONS[1] + "\n")["input_ids"])
@@ -103,23 +92,23 @@ def test_prompt_lengths_follow_the_cameras_present(smolvla_server):
     """16 tokens per image, the text without BOS or padding plus "\\n", one state token."""
     tokenizer = _policy().processor.tokenizer
     text = len(tokenizer(INSTRUCTIONS[0] + "\n")["input_ids"])
-    two = _post(smolvla_server, _body(0, 0, 0, seed=1))["usage"]["prompt_tokens"]
-    one = _post(smolvla_server, _body(2, 0, 0, seed=1))["usage"]["prompt_tokens"]
+    two = post_actions(smolvla_server, _body(0, 0, 0, seed=1))["usage"]["prompt_tokens"]
+    one = post_actions(smolvla_server, _body(2, 0, 0, seed=1))["usage"]["prompt_tokens"]
     assert (two, one) == (2 * 16 + text + 1, 16 + text + 1)
 
 
 def test_repeat_is_a_full_prefix_hit_and_a_new_state_reuses_images_and_text(smolvla_server):
     body = {**_body(1, 1, 0, seed=5), "instruction": "wipe the table"}  # not seen yet
-    before = _internal(smolvla_server)
-    first = _post(smolvla_server, body)
-    mid = _internal(smolvla_server)
-    again = _post(smolvla_server, body)
-    after = _internal(smolvla_server)
+    before = internal_state(smolvla_server)
+    first = post_actions(smolvla_server, body)
+    mid = internal_state(smolvla_server)
+    again = post_actions(smolvla_server, body)
+    after = internal_state(smolvla_server)
     prompt = first["usage"]["prompt_tokens"]
 
     def delta(a: dict, b: dict) -> dict:
-        counters = [k for k in a["model_counters"] if k != "seconds"]  # phase times: not counts
-        return {k: b["model_counters"][k] - a["model_counters"][k] for k in counters}
+        (ca, _), (cb, _) = model_work(a), model_work(b)
+        return {k: cb[k] - ca[k] for k in ca}
 
     assert delta(before, mid) == {"vlm_tokens": prompt, "expert_passes": 10, "expert_rows": 10}
     # The repeat (same frames, text, state) reuses the whole prompt: no VLM work at all.
@@ -127,9 +116,9 @@ def test_repeat_is_a_full_prefix_hit_and_a_new_state_reuses_images_and_text(smol
     assert delta(mid, after) == {"vlm_tokens": 0, "expert_passes": 10, "expert_rows": 10}
     assert again["actions"] == first["actions"]  # bit-identical
     # Another state: images and text never see it, so only the state token is computed.
-    moved = _post(smolvla_server, {**body, "state": STATES[1]})
+    moved = post_actions(smolvla_server, {**body, "state": STATES[1]})
     assert moved["usage"]["cached_tokens"] == prompt - 1
-    assert delta(after, _internal(smolvla_server))["vlm_tokens"] == 1
+    assert delta(after, internal_state(smolvla_server))["vlm_tokens"] == 1
     assert moved["actions"] != first["actions"]
     expected = _expected(1, "wipe the table", 1, seed=5)
     np.testing.assert_allclose(np.asarray(moved["actions"]), expected, rtol=0, atol=1e-5)
@@ -140,13 +129,13 @@ def test_repeat_is_a_full_prefix_hit_and_a_new_state_reuses_images_and_text(smol
 def test_four_robots_at_once_get_the_chunks_they_get_alone(smolvla_server):
     bodies = [_body(c, c % 2, c % 2, seed=40 + c) for c in range(4)]
     bodies = [{**b, "instruction": f"{b['instruction']} {k}"} for k, b in enumerate(bodies)]
-    alone = [_post(smolvla_server, b)["actions"] for b in bodies]
+    alone = [post_actions(smolvla_server, b)["actions"] for b in bodies]
     with smolvla_server.client() as c:
         c.post("/flush_cache")  # so that together, too, each prompt is prefilled
-    before = _internal(smolvla_server)["model_counters"]
+    before = internal_state(smolvla_server)["model_counters"]
     with ThreadPoolExecutor(4) as pool:
-        together = list(pool.map(lambda b: _post(smolvla_server, b)["actions"], bodies))
-    after = _internal(smolvla_server)["model_counters"]
+        together = list(pool.map(lambda b: post_actions(smolvla_server, b)["actions"], bodies))
+    after = internal_state(smolvla_server)["model_counters"]
     np.testing.assert_allclose(np.asarray(together), np.asarray(alone), rtol=0, atol=1e-5)
     assert after["expert_rows"] - before["expert_rows"] == 40
 
@@ -165,11 +154,11 @@ def test_four_robots_admitted_at_different_steps_share_passes(staggered_server):
         "state": STATES[1],
         "sampling_params": [{"seed": 60 + k} for k in range(4)],
     }
-    before = _internal(staggered_server)["model_counters"]
+    before = internal_state(staggered_server)["model_counters"]
     with staggered_server.client() as c:
         r = c.post("/generate", json=body)
     assert r.status_code == 200, r.text
-    after = _internal(staggered_server)["model_counters"]
+    after = internal_state(staggered_server)["model_counters"]
     passes = after["expert_passes"] - before["expert_passes"]
     assert after["expert_rows"] - before["expert_rows"] == 40
     assert 10 < passes < 40, passes  # shared passes, not all four from the same step
@@ -195,32 +184,15 @@ def test_bad_input_names_the_field_and_leaves_nothing(smolvla_server, change, fi
         r = c.post("/v1/actions", json={**_body(0, 0, 0, seed=1), **change})
     assert r.status_code == 400, r.text
     assert r.json()["error"]["field"] == field, r.text
-    state = _internal(smolvla_server)
+    state = internal_state(smolvla_server)
     assert state["num_running_reqs"] == 0 and state["kv_pool"]["used"] == 0
 
 
 def test_generate_and_the_openpi_websocket_give_the_same_chunk(smolvla_server):
-    from openpi_client import websocket_client_policy
-
-    frames = CAMERA_SETS[0]
-    expected = _post(smolvla_server, _body(0, 0, 1, seed=21))["actions"]
-    body = {
-        "text": INSTRUCTIONS[0] + "\n",  # /generate takes the prompt as written
-        "image_data": [png_base64(frames[name]) for name in NAMES],
-        "num_actions": CHUNK,
-        "state": STATES[1],
-        "sampling_params": {"seed": 21},
-    }
-    with smolvla_server.client() as c:
-        r = c.post("/generate", json=body)
-    assert r.status_code == 200, r.text
-    assert r.json()["actions"] == expected and r.json()["output_ids"] == []
+    frames = {name: CAMERA_SETS[0][name] for name in NAMES}
+    reply = same_chunk_through_three_doors(
+        smolvla_server, frames, INSTRUCTIONS[0], STATES[1], CHUNK, 21
+    )
     # The same observation as the /v1/actions query just before: the whole prompt is cached.
-    meta = r.json()["meta_info"]
+    meta = reply["meta_info"]
     assert meta["cached_tokens"] == meta["prompt_tokens"] > 0
-    client = websocket_client_policy.WebsocketClientPolicy("127.0.0.1", smolvla_server.port)
-    assert client.get_server_metadata()["action_horizon"] == CHUNK
-    obs = {f"observation/{name}": frames[name] for name in NAMES}
-    out = client.infer({**obs, "state": np.asarray(STATES[1]), "prompt": INSTRUCTIONS[0],
-                        "seed": 21})  # fmt: skip
-    np.testing.assert_array_equal(out["actions"], np.asarray(expected))

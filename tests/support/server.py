@@ -86,3 +86,23 @@ def metric_by_label(server: ServerProcess, name: str, label: str) -> dict[str, f
     """A labelled metric's value per value of `label`."""
     text = server.client().get("/metrics").text
     return {s.labels[label]: s.value for s in samples(text, name) if label in s.labels}
+
+
+def post_actions(server: ServerProcess, body: dict[str, Any]) -> dict[str, Any]:
+    """`POST /v1/actions`, which must succeed."""
+    with server.client() as c:
+        r = c.post("/v1/actions", json=body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def internal_state(server: ServerProcess) -> dict[str, Any]:
+    """The scheduler's internal state (`/get_server_info`)."""
+    with server.client() as c:
+        return c.get("/get_server_info").json()["internal_states"][0]
+
+
+def model_work(internal: dict[str, Any]) -> tuple[dict[str, int], dict[str, float]]:
+    """The model runner's counters and its seconds per phase, from an internal state."""
+    counters = dict(internal["model_counters"])
+    return counters, counters.pop("seconds")

@@ -192,7 +192,7 @@ def unnorm_key(server: ServerProcess, wanted: str | None) -> str | None:
     actions = httpx.get(server.url + "/get_model_info", timeout=30).json().get("actions")
     if actions is None:
         raise SystemExit("the model has no action tokenizer: time-to-first-action needs one")
-    return wanted or (actions["unnorm_keys"] or [None])[0]
+    return wanted or (actions.get("unnorm_keys") or [None])[0]
 
 
 async def image_sources(client: httpx.AsyncClient) -> dict[str, int]:

@@ -33,6 +33,7 @@ from vla_server.frontend.http_metrics import RequestCounter
 from vla_server.frontend.node_handle import NodeHandle
 from vla_server.frontend.openai_api import add_openai_routes
 from vla_server.frontend.openpi_policy import add_openpi_routes
+from vla_server.frontend.robot_socket import add_robot_socket_route
 from vla_server.frontend.stream_output import stream_shaper
 from vla_server.frontend.tokenizer_manager import ClientDisconnected, TokenizerManager
 from vla_server.model.sampling import SamplingParams
@@ -89,6 +90,7 @@ def create_app(node: NodeHandle) -> FastAPI:
     add_openai_routes(app, node)
     add_actions_routes(app, node)
     add_openpi_routes(app, node)
+    add_robot_socket_route(app, node)
     add_control_routes(app, node.tokenizer_manager)
     return app
 

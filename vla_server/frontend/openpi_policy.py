@@ -72,7 +72,7 @@ def _metadata(node: NodeHandle, cfg: OpenpiConfig) -> dict[str, Any]:
     return meta
 
 
-async def _infer(tm: TokenizerManager, body: ActionsBody) -> dict[str, Any]:
+async def infer(tm: TokenizerManager, body: ActionsBody) -> dict[str, Any]:
     timing = ActionTiming()
     actions: list[list[float]] = []
     item = await action_item(tm, body, timing)
@@ -91,7 +91,7 @@ async def _reply(tm: TokenizerManager, cfg: OpenpiConfig, frame: bytes) -> dict[
         obs = unpack(frame)
     except WireFormatError as e:
         raise RequestError(str(e), "observation") from None
-    return await _infer(tm, observation_body(obs, cfg, tm.policy.robot_io))
+    return await infer(tm, observation_body(obs, cfg, tm.policy.robot_io))
 
 
 async def _fail(ws: WebSocket, message: str, code: int, reason: str) -> None:

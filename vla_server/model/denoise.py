@@ -32,3 +32,13 @@ def initial_noise(seed: int | None, chunk_size: int, width: int) -> torch.Tensor
     """The chunk a request starts denoising from: seeded (documented above) or fresh."""
     generator = None if seed is None else torch.Generator("cpu").manual_seed(seed)
     return torch.randn((1, chunk_size, width), generator=generator, dtype=torch.float32)
+
+
+def check_chunk_inputs(
+    x_t: torch.Tensor, time: torch.Tensor, rows: int, chunk_size: int, width: int
+) -> None:
+    """A velocity call's noisy chunks must be [rows, chunk_size, width] and its times [rows]."""
+    if tuple(x_t.shape) != (rows, chunk_size, width):
+        raise ValueError(f"x_t must be {[rows, chunk_size, width]}, got {list(x_t.shape)}")
+    if tuple(time.shape) != (rows,):
+        raise ValueError(f"time must be [{rows}], got {list(time.shape)}")

@@ -40,21 +40,26 @@ def test_prompts_put_the_instruction_before_the_image():
     assert all(p.split("<image>")[1] for p in prompts), "text after the image: a prefix can hold it"
 
 
-def test_a_short_run_serves_each_case_from_its_cache(monkeypatch, tmp_path: Path):
+# The demo writes the instruction before its image; the tiny pi0-FAST puts two cameras first
+# under a bidirectional prompt, so another instruction meets only the embedding cache.
+@pytest.mark.parametrize("tiny", ["demo", "pi0fast"])
+def test_a_short_run_serves_each_case_from_its_cache(monkeypatch, tmp_path: Path, tiny: str):
     args = parse(
         monkeypatch,
-        *("--rounds", str(ROUNDS), "--warmup-rounds", "1", "--frames", "2"),
+        *("--tiny", tiny, "--rounds", str(ROUNDS), "--warmup-rounds", "1", "--frames", "2"),
         *("--torch-threads", "1", "--out", str(tmp_path)),
     )
     monkeypatch.undo()  # the real run
     result = multimodal.run(args)
     rows = {row["case"]: row for row in result["served"]}
-    cases = multimodal.DEFAULT_LAYOUT.cases
+    layout = multimodal.layout_of(Path(result["model"]))
+    cases = layout.cases
     assert list(rows) == list(cases)
     for case, (_, source) in cases.items():
         row = rows[case]
         assert row["n"] == ROUNDS
-        assert row["sources"] == {s: ROUNDS if s == source else 0 for s in multimodal.SOURCES}
+        images = ROUNDS * layout.cameras
+        assert row["sources"] == {s: images if s == source else 0 for s in multimodal.SOURCES}
         assert row["sources_as_expected"]
     new = rows["new frame"]
     for case in list(cases)[1:]:

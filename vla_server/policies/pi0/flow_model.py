@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from vla_server.model.config import ModelConfig, decoder_dimensions
+from vla_server.model.denoise import check_chunk_inputs
 from vla_server.model.llama import layer_weight_sources
 from vla_server.model.paged_prefix import PagedPrefix
 from vla_server.model.weight_loader import WeightSources
@@ -126,13 +127,7 @@ class FlowModel(nn.Module):
         self, x_t: torch.Tensor, time: torch.Tensor, state: torch.Tensor | None, rows: int
     ) -> None:
         spec = self.spec
-        if tuple(x_t.shape) != (rows, spec.chunk_size, spec.max_action_dim):
-            raise ValueError(
-                f"x_t must be [{rows}, {spec.chunk_size}, {spec.max_action_dim}], "
-                f"got {list(x_t.shape)}"
-            )
-        if tuple(time.shape) != (rows,):
-            raise ValueError(f"time must be [{rows}], got {list(time.shape)}")
+        check_chunk_inputs(x_t, time, rows, spec.chunk_size, spec.max_action_dim)
         if state is not None and tuple(state.shape) != (rows, spec.max_state_dim):
             raise ValueError(
                 f"state must be [{rows}, {spec.max_state_dim}], got {list(state.shape)}"

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from vla_server.model.denoise import denoise_times, euler_update, initial_noise
+from vla_server.model.denoise import check_chunk_inputs, denoise_times, euler_update, initial_noise
 from vla_server.policies.smolvla.config import SmolVLAConfig, read_config
 from vla_server.policies.smolvla.expert import ActionExpert, ExpertContext
 from vla_server.policies.smolvla.flow_head import FlowHead
@@ -79,11 +79,7 @@ class SmolVLA(nn.Module):
         """float32 velocity [B, H, max_action_dim] of x_t (same shape) at times [B]."""
         c = self.config
         rows = ctx.batch_size
-        if tuple(x_t.shape) != (rows, c.chunk_size, c.max_action_dim):
-            expected = [rows, c.chunk_size, c.max_action_dim]
-            raise ValueError(f"x_t must be {expected}, got {list(x_t.shape)}")
-        if tuple(time.shape) != (rows,):
-            raise ValueError(f"time must be [{rows}], got {list(time.shape)}")
+        check_chunk_inputs(x_t, time, rows, c.chunk_size, c.max_action_dim)
         return self.head.velocity(self.expert(self.head.embed(x_t, time), ctx))
 
     def initial_noise(self, seeds: list[int | None]) -> torch.Tensor:

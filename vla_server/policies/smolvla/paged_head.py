@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from vla_server.model.denoise import check_chunk_inputs
 from vla_server.model.paged_prefix import PagedPrefix
 from vla_server.model.weight_loader import (
     LoadPlan,
@@ -104,11 +105,7 @@ class PagedActionHead(nn.Module):
     ) -> torch.Tensor:
         """float32 velocity [B, chunk_size, max_action_dim] over the prefixes in the pool."""
         rows = prefix.batch_size
-        if tuple(x_t.shape) != (rows, self.chunk_size, self.width):
-            expected = [rows, self.chunk_size, self.width]
-            raise ValueError(f"x_t must be {expected}, got {list(x_t.shape)}")
-        if tuple(time.shape) != (rows,):
-            raise ValueError(f"time must be [{rows}], got {list(time.shape)}")
+        check_chunk_inputs(x_t, time, rows, self.chunk_size, self.width)
         layers = [prefix.kv(n) for n in range(len(self.expert.layers))]
         kv = PrefixKV([k for k, _ in layers], [v for _, v in layers], prefix.valid)
         ctx = self.expert.context(kv)
