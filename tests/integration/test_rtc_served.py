@@ -307,7 +307,8 @@ def test_a_model_whose_actions_are_not_denoised_takes_no_prev_chunk(demo_server)
 # ---- the openpi WebSocket -------------------------------------------------------------------
 
 
-def test_the_openpi_websocket_takes_the_same_fields(pi0_server):
+@pytest.mark.filterwarnings("ignore:connect\\(\\) must be used:DeprecationWarning")
+def test_the_openpi_websocket_and_the_robot_socket_take_the_same_fields(pi0_server):
     from openpi_client import websocket_client_policy
 
     prev = post(pi0_server, body(PREV_SEED))["actions"][PREV_ROWS]
@@ -323,6 +324,11 @@ def test_the_openpi_websocket_takes_the_same_fields(pi0_server):
     with pytest.raises(RuntimeError, match="Error in inference server") as info:
         client.infer({**obs, **fields, "prev_chunk": bad})
     assert "prev_chunk: must be finite" in str(info.value)
+    # vLLM-Omni's robot socket reads the same observation keys (a bare array back).
+    url = f"ws://127.0.0.1:{pi0_server.port}/v1/realtime/robot/openpi"
+    robot = websocket_client_policy.WebsocketClientPolicy(url)
+    chunk = np.asarray(robot.infer({**obs, **fields, "prev_chunk": np.asarray(prev)}))
+    np.testing.assert_array_equal(chunk, np.asarray(expected, dtype=np.float32))
 
 
 # ---- SmolVLA: the same fields through another family's head --------------------------------
