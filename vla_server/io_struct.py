@@ -10,7 +10,7 @@ at the tail with defaults.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import numpy as np
@@ -64,6 +64,25 @@ class SessionParams(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tr
     drop_previous_output: bool = False  # the parent's input without its output
 
 
+class RtcOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """How a chunk is guided toward the robot's previous chunk (real-time chunking); the
+    defaults are LeRobot's `RTCConfig` (`model/guidance.py` has the formulas)."""
+
+    schedule: Literal["zeros", "ones", "linear", "exp"] = "linear"  # the prefix weights' shape
+    max_guidance_weight: float = 10.0  # clips the guidance weight g(t)
+    jacobian: Literal["identity", "vjp"] = "identity"  # LeRobot's code, or the paper's VJP
+
+
+class Guidance(msgspec.Struct, array_like=True, frozen=True):
+    """Real-time chunking of one denoised chunk: the fields of the request that asked for it,
+    by the same names (`frontend/guidance_request.py`), `prev_chunk` normalised by the family."""
+
+    prev_chunk: Tensor  # float32 [n, head width]: normalised, zero-padded; n <= chunk_size
+    inference_delay: int  # actions the robot executes before this chunk starts
+    execution_horizon: int  # LeRobot's: where the soft prefix weights reach 0 (paper: H - s)
+    rtc: RtcOptions
+
+
 class TokenizedGenerateReqInput(_Msg):
     rid: str
     input_ids: list[int]
@@ -91,6 +110,7 @@ class TokenizedGenerateReqInput(_Msg):
     # the prompt's token at `state_position` (its embedding the head's embedding of `state`).
     state: Tensor | None = None
     state_position: int | None = None
+    guidance: Guidance | None = None  # a denoised chunk guided toward the previous chunk
 
 
 class BatchTokenizedGenerateReqInput(_Msg):

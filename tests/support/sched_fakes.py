@@ -43,6 +43,7 @@ from vla_server.io_struct import (
     finish_json,
 )
 from vla_server.mem_cache.kv_pool import ReqToTokenPool, TokenToKVPool
+from vla_server.model.guidance import Guide, GuideBatch, vjp_velocity
 from vla_server.model.model_runner import REQ_POOL_SPARE_ROWS, LogitsOutput, SampleOutput
 from vla_server.model.sampling import SamplingBatchInfo, SamplingParams, compute_logprobs, sample
 from vla_server.policies.base import HeadSpec
@@ -120,6 +121,7 @@ class FakeModel:
         self.slots: dict[int, tuple[int, int]] = {}  # KV slot -> (position, sequence hash)
         self._offsets = torch.arange(VOCAB)
         self.denoise_passes: list[list[tuple[int, float]]] = []  # per pass: (hash, t) per row
+        self.vjp_passes = 0  # of them, passes with the Jacobian (`denoise_vjp`)
 
     def build_forward_batch(
         self,
@@ -191,6 +193,27 @@ class FakeModel:
             v[i] = prompt_velocity(h) + (0.0 if state is None else float(state[i].sum()))
         self.denoise_passes.append(seen)
         return v
+
+    def denoise_vjp(
+        self,
+        rows: list[int],
+        prefix_lens: list[int],
+        x: torch.Tensor,
+        time: torch.Tensor,
+        state: torch.Tensor | None,
+        guides: list[Guide],
+    ) -> torch.Tensor:
+        """`ModelRunner.denoise_vjp` on the fake velocity (constant in x: its Jacobian is 0, so
+        the vjp guidance equals the identity's); its pass is recorded like any other."""
+        self.vjp_passes += 1
+        with torch.inference_mode(False), torch.enable_grad():
+            t = time.clone()
+            return vjp_velocity(
+                lambda z: self.denoise(rows, prefix_lens, z, t, state),
+                x.clone(),
+                t,
+                GuideBatch.stack(guides, self.device),
+            )
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 chunk, where its time goes, and the throughput of 1, 4 and 8 robots.
 
     python -m vla_server.bench flow [--tiny NAME | --model-path DIR] [--robots 1 4 8]
-                                    [--chunks 20] [--out bench_out/flow]
+                                    [--chunks 20] [--out bench_out/flow] [--rtc]
 
 In one run, on a tiny checkpoint (`--tiny`, built offline; `--tiny list` names them) or a
 policy folder:
@@ -16,6 +16,7 @@ policy folder:
   head passes) over the one-robot run, per chunk and as shares of the model's time.
 
 Writes `flow.json` and `flow.png` (time-to-chunk distributions per robot count) under `--out`.
+With `--rtc`, the cost of real-time chunking instead (`flow_rtc.py`).
 """
 
 from __future__ import annotations
@@ -23,19 +24,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from vla_harness.server_subprocess import ServerProcess, run_server
-from vla_harness.stats import plot_distributions, summary_ms, table, write_json
-from vla_server.bench.multimodal import camera_frames
+from vla_harness.server_subprocess import run_server
+from vla_harness.stats import plot_distributions, table, write_json
+from vla_server.bench.flow_loop import PHASES, robot_interface, served_run
+from vla_server.bench.flow_rtc import run_rtc
 from vla_server.policies.registry import DEFAULT_DENOISING_TINY, tiny_checkpoint, tiny_checkpoints
 
-INSTRUCTION = "pick up the red block and put it in the bowl"
-PHASES = ("vision", "decoder", "action_head")
+__all__ = ["PHASES", "add_args", "phase_rows", "report", "run"]
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -43,7 +41,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
         "--tiny", default=DEFAULT_DENOISING_TINY, help="a tiny checkpoint ('list' names them)"
     )
     p.add_argument("--model-path", default=None, help="a policy folder instead")
-    p.add_argument("--robots", type=int, nargs="+", default=[1, 4, 8])
+    p.add_argument("--robots", type=int, nargs="+", default=None, help="default 1 4 8 (--rtc: 1 8)")
+    p.add_argument(
+        "--rtc",
+        action="store_true",
+        help="time chunks with and without real-time chunking guidance (identity and vjp)",
+    )
     p.add_argument("--chunks", type=int, default=20, help="chunks per robot per robot count")
     p.add_argument("--server-args", nargs=argparse.REMAINDER, default=[], help="extra serve flags")
     p.add_argument("--out", type=Path, default=Path("bench_out/flow"))
@@ -60,69 +63,11 @@ def _model_path(args: argparse.Namespace) -> Path:
         raise SystemExit(str(e)) from e
 
 
-async def _robot(
-    client: httpx.AsyncClient, robot_io: dict[str, Any], frames: list[str], robot: int, n: int
-) -> list[float]:
-    cams = len(robot_io["cameras"])
-    out = []
-    for i in range(n):
-        k = (robot * n + i) * cams
-        body = {
-            "instruction": INSTRUCTION,
-            "image_data": frames[k : k + cams],
-            "state": [0.1 * (robot + 1)] * robot_io["state_dim"],
-            "seed": robot * n + i,
-        }
-        t0 = time.perf_counter()
-        reply = await client.post("/v1/actions", json=body)
-        out.append(time.perf_counter() - t0)
-        if reply.status_code != 200 or len(reply.json()["actions"]) != robot_io["chunk_size"]:
-            raise SystemExit(f"/v1/actions failed: {reply.status_code} {reply.text[:300]}")
-    return out
-
-
-async def _counters(client: httpx.AsyncClient) -> dict[str, Any]:
-    info = (await client.get("/get_server_info")).json()
-    return info["internal_states"][0]["model_counters"]
-
-
-async def served_run(
-    server: ServerProcess, robot_io: dict[str, Any], robots: int, chunks: int, seed: int
-) -> dict[str, Any]:
-    frames = camera_frames(robots * chunks * len(robot_io["cameras"]), 640, 480, 90, seed)
-    async with server.async_client(timeout=600) as client:
-        before = await _counters(client)
-        t0 = time.perf_counter()
-        per_robot = await asyncio.gather(
-            *(_robot(client, robot_io, frames, r, chunks) for r in range(robots))
-        )
-        wall = time.perf_counter() - t0
-        after = await _counters(client)
-    latencies = [t for robot in per_robot for t in robot]
-    passes = after["expert_passes"] - before["expert_passes"]
-    rows = after["expert_rows"] - before["expert_rows"]
-    seconds = {p: after["seconds"].get(p, 0.0) - before["seconds"].get(p, 0.0) for p in PHASES}
-    return {
-        "robots": robots,
-        "chunks": len(latencies),
-        "time_to_chunk_ms": summary_ms(latencies),
-        "chunks_per_s": len(latencies) / wall,
-        "expert_passes": passes,
-        "rows_per_pass": rows / passes if passes else 0.0,
-        "phase_ms_per_chunk": {p: 1000.0 * s / len(latencies) for p, s in seconds.items()},
-        "latencies_s": latencies,
-    }
-
-
-def robot_interface(server: ServerProcess) -> dict[str, Any]:
-    info = httpx.get(server.url + "/get_model_info", timeout=30).json()
-    if "robot" not in info:
-        raise SystemExit(f"{info['model_path']} has no robot interface (cameras, state, chunk)")
-    return info["robot"]
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     path = _model_path(args)
+    if args.rtc:
+        return run_rtc(args, path)
+    args.robots = args.robots or [1, 4, 8]
     runs = []
     with run_server(path, Path(tempfile.mkdtemp(prefix="vla-bench-flow-")), *args.server_args) as s:
         robot_io = robot_interface(s)

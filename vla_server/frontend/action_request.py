@@ -22,7 +22,9 @@ import msgspec
 from vla_server.errors import RequestError
 from vla_server.frontend.common import finish_error
 from vla_server.frontend.generate_request import GenerateItem, parse_sampling
+from vla_server.frontend.guidance_request import guidance_ask
 from vla_server.frontend.tokenizer_manager import TokenizerManager
+from vla_server.io_struct import RtcOptions
 from vla_server.policies.base import ActionQuery
 
 
@@ -45,6 +47,11 @@ class ActionsBody(msgspec.Struct, forbid_unknown_fields=True):
     rid: str | None = None
     return_token_ids: bool = False
     stream: bool = False
+    # Real-time chunking (`guidance_request.py`): the previous chunk's unexecuted tail (raw).
+    prev_chunk: list[list[float]] | None = None
+    inference_delay: int | None = None
+    execution_horizon: int | None = None  # LeRobot's: where the soft prefix weights end
+    rtc: RtcOptions | None = None
 
 
 def _ms(seconds: float) -> float:
@@ -118,6 +125,7 @@ async def action_item(
     policy = tm.policy
     if policy.action_dim is None:
         raise RequestError("this model has no action head", "num_actions")
+    guidance = guidance_ask(body.prev_chunk, body.inference_delay, body.execution_horizon, body.rtc)
     query = ActionQuery(
         instruction=body.instruction,
         image_data=body.image_data,
@@ -142,6 +150,7 @@ async def action_item(
         stream=True,
         relaxed_decoding=body.relaxed_decoding,
         state=prompt.state,
+        guidance=guidance,
     )
     return tm.sessions.apply(item, robot=True)
 

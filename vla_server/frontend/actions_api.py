@@ -18,6 +18,13 @@ Request (JSON; unknown fields are a 400):
     return_token_ids: bool = false       also return the action tokens: each action's bin ids,
                                          or a token chunk's ids, in order (the family decides)
     stream: bool = false
+    prev_chunk: [[float]*dim, ...]       real-time chunking (a denoised chunk): the unexecuted
+                                         tail of the previous chunk, raw (robot units)
+    inference_delay: int                 actions executed from it before this chunk starts
+                                         (required with prev_chunk)
+    execution_horizon: int = 10          LeRobot's: where the soft prefix weights reach 0
+    rtc: {schedule: "linear", max_guidance_weight: 10, jacobian: "identity"}
+                                         see frontend/guidance_request.py
 
 Reply: {"id", "object": "actions", "model", "unnorm_key", "action_dim", "actions": [[float]*dim],
 "num_actions", "finish_reason", "usage": {prompt_tokens, completion_tokens, cached_tokens},

@@ -8,7 +8,8 @@ tokenizer, the images nor the node's state: any problem raises a `RequestError` 
 field, before any request state exists.
 
 A `GenerateReqInput` carries exactly one of `text`, `input_ids` or `input_embeds`, either for one
-prompt or for a batch (a list of prompts). Its fields and those of `sampling_params` are checked
+prompt or for a batch (a list of prompts); a batch's real-time chunking fields may differ per
+prompt (`guidance_request.py`). Its fields and those of `sampling_params` are checked
 against SGLang's schema first (`field_tables.py`). `sampling_params.n` > 1 asks for n samples of
 each prompt: n items, and the reply is a list, as SGLang's.
 """
@@ -25,8 +26,9 @@ import numpy as np
 
 from vla_server.errors import RequestError, from_msgspec
 from vla_server.frontend.field_tables import GENERATE, SAMPLING_PARAMS
+from vla_server.frontend.guidance_request import GuidanceAsk, guidance_ask
 from vla_server.frontend.json_body import check_int_range, decode_json
-from vla_server.io_struct import SessionParams
+from vla_server.io_struct import RtcOptions, SessionParams
 from vla_server.model.sampling import SamplingParams
 
 
@@ -67,6 +69,7 @@ class GenerateItem:
     session_params: SessionParams | None = None
     relaxed_decoding: bool = False  # a token chunk: LeRobot's pad/truncate decoding
     state: list[float] | None = None  # raw robot state that rides beside the prompt
+    guidance: GuidanceAsk | None = None  # real-time chunking toward the previous chunk
 
     def __post_init__(self) -> None:
         if self.logprob_start_len < -1:
@@ -154,6 +157,12 @@ class GenerateReqInput(msgspec.Struct, forbid_unknown_fields=True, omit_defaults
     session_params: SessionParams | None = None
     relaxed_decoding: bool = False
     state: list[float] | None = None
+    # Real-time chunking (`guidance_request.py`); in a batch each may be a list, one entry per
+    # prompt (`prev_chunk` must be: one chunk or null per prompt).
+    prev_chunk: Any = None
+    inference_delay: int | list[int | None] | None = None
+    execution_horizon: int | list[int | None] | None = None
+    rtc: RtcOptions | list[RtcOptions | None] | None = None
 
 
 MAX_BATCH_ITEMS = 512
@@ -161,6 +170,7 @@ MAX_BATCH_ITEMS = 512
 _PER_PROMPT = frozenset(
     ("text", "input_ids", "input_embeds", "sampling_params", "rid", "return_logprob")
     + ("image_data", "mm_hashes")
+    + ("prev_chunk", "inference_delay", "execution_horizon", "rtc")
 )
 
 
@@ -191,6 +201,7 @@ def normalize(obj: GenerateReqInput, limits: ModelLimits) -> list[GenerateItem]:
     want_lp = _per_item(obj.return_logprob, n, "return_logprob", batch)
     images = _images(obj.image_data, n, batch)
     hashes = _batch_entries(obj.mm_hashes, n, batch, "mm_hashes")
+    guidance = _guidance(obj, n, batch)
     listed = isinstance(obj.sampling_params, list)
     shared = {name: getattr(obj, name) for name in obj.__struct_fields__ if name not in _PER_PROMPT}
     items = [
@@ -205,6 +216,7 @@ def normalize(obj: GenerateReqInput, limits: ModelLimits) -> list[GenerateItem]:
             images=images[i],
             mm_hashes=hashes[i],
             return_logprob=want_lp[i],
+            guidance=guidance[i],
             index=i,
             in_batch=batch,
             **shared,
@@ -212,6 +224,18 @@ def normalize(obj: GenerateReqInput, limits: ModelLimits) -> list[GenerateItem]:
         for i in range(n)
     ]
     return expand_samples(items, items[0].sampling_params.n, kind)
+
+
+def _guidance(obj: GenerateReqInput, n: int, batch: bool) -> list[GuidanceAsk | None]:
+    """Each prompt's real-time chunking fields, checked."""
+    chunks = _batch_entries(obj.prev_chunk, n, batch, "prev_chunk")
+    delays = _per_item(obj.inference_delay, n, "inference_delay", batch)
+    horizons = _per_item(obj.execution_horizon, n, "execution_horizon", batch)
+    options = _per_item(obj.rtc, n, "rtc", batch)
+    return [
+        guidance_ask(chunks[i], delays[i], horizons[i], options[i], f"[{i}]" if batch else "")
+        for i in range(n)
+    ]
 
 
 def check_batch_size(count: int, field: str) -> None:

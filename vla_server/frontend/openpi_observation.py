@@ -11,7 +11,10 @@ An observation is the dict an openpi client sends (`WebsocketClientPolicy.infer(
   Nested dicts are addressed with "/": `{"images": {"cam_high": a}}` is `images/cam_high`;
 * optional per request: `unnorm_key` (str), `num_actions` (int, the horizon), `mm_hashes`,
   `seed` (int: a denoised chunk's noise, `model/denoise.initial_noise`), and for a policy with
-  a robot interface `relaxed_decoding` (bool).
+  a robot interface `relaxed_decoding` (bool);
+* real-time chunking, as on `/v1/actions` (`guidance_request.py`): `prev_chunk` (an
+  `[n, action_dim]` array, raw), `inference_delay` (int), `execution_horizon` (int), `rtc` (a
+  map: `schedule`, `max_guidance_weight`, `jacobian`).
 
 For a policy with named cameras and a state (its family's `RobotIO`) the images are matched to
 the policy's cameras by name when the observation's keys end in them (`observation/base_0_rgb`,
@@ -42,6 +45,7 @@ import numpy as np
 from vla_server.config import FrontendConfig
 from vla_server.errors import RequestError
 from vla_server.frontend.action_request import ActionsBody
+from vla_server.frontend.guidance_request import rtc_options
 from vla_server.policies.base import RobotIO
 
 DEFAULT_STATE_KEYS = ("state", "observation/state", "observation.state")
@@ -143,6 +147,10 @@ def observation_body(obs: Any, cfg: OpenpiConfig, policy: RobotIO | None = None)
         num_actions=_optional(obs, "num_actions", int, cfg.action_horizon),
         mm_hashes=obs.get("mm_hashes"),
         seed=_optional(obs, "seed", int, None),
+        prev_chunk=obs.get("prev_chunk"),
+        inference_delay=_optional(obs, "inference_delay", int, None),
+        execution_horizon=_optional(obs, "execution_horizon", int, None),
+        rtc=None if obs.get("rtc") is None else rtc_options(obs["rtc"]),
     )
     if policy is not None:
         body.state = _state(flat, cfg, policy)

@@ -8,7 +8,8 @@ Protocol, as vLLM-Omni's `entrypoints/openpi/connection.py` speaks it:
    (external and wrist), action space, horizon and width, built from the served checkpoint;
 2. each binary frame is a msgpack-numpy map (openpi's markers): `endpoint` ("infer", the
    default, or "reset"), an optional `session_id`, `seed` and `sampling_params`, and the
-   observation (`prompt`, the cameras, `state`: what the openpi door reads). Text and empty
+   observation (`prompt`, the cameras, `state`, real-time chunking's `prev_chunk`,
+   `inference_delay`, `execution_horizon`, `rtc`: what the openpi door reads). Text and empty
    frames are skipped;
 3. an infer reply is the bare float32 array [horizon, action_dim] (not `{"actions": ...}`); a
    reset replies `{"status": "reset successful"}`;

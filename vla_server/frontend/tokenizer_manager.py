@@ -32,6 +32,7 @@ from vla_server.frontend.generate_request import (
     check_token_ids,
 )
 from vla_server.frontend.generation_gate import GenerationGate
+from vla_server.frontend.guidance_request import wire_guidance
 from vla_server.frontend.mm_frontend import MultimodalFrontend
 from vla_server.frontend.req_state import (
     ReqState,
@@ -182,7 +183,7 @@ class TokenizerManager:
         if new_actions:
             if state.first_action_time is None:
                 state.first_action_time = time.perf_counter()
-                self.metrics.ttfa.labels(self._priority(state)).observe(
+                self.metrics.ttfa.labels(str(state.item.priority)).observe(
                     state.first_action_time - state.created
                 )
             state.actions += new_actions
@@ -209,9 +210,6 @@ class TokenizerManager:
             chunk["index"] = state.item.index
         state.out_list.append(chunk)
 
-    def _priority(self, state: ReqState) -> str:
-        return str(state.item.priority)
-
     def _decode_one(self, tid: int) -> str:
         return self.tokenizer.decode([tid])
 
@@ -220,7 +218,7 @@ class TokenizerManager:
     ) -> None:
         now = time.perf_counter()
         m = self.metrics
-        prio = self._priority(state)
+        prio = str(state.item.priority)
         if meta.queue_steps is not None:
             state.queue_steps = meta.queue_steps
         if meta.queue_time is not None:
@@ -355,6 +353,7 @@ class TokenizerManager:
             relaxed_decoding=item.relaxed_decoding,
             state=None if plan.state is None else Tensor.from_numpy(plan.state),
             state_position=plan.state_position,
+            guidance=wire_guidance(item.guidance, self.policy, item.num_actions),
         )
 
     def _plan(self, item: GenerateItem, prompt_len: int) -> PromptPlan:

@@ -8,7 +8,9 @@ to which request, prefix sharing) stays with the caller.
 What the checkpoint has beside the decoder comes from its policy family (`parts.py`): a vision
 encoder, and an action head. A checkpoint with an action head prefills its prefix the same way,
 then calls `denoise` once per Euler step (`denoise.py`): one head pass over the prefix K/V in the
-pool that writes nothing to the pool.
+pool that writes nothing to the pool. Rows guided by real-time chunking with the paper's
+Jacobian take `denoise_vjp` instead (`guidance.py`): the same pass under autograd, and its
+backward.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from vla_server.mem_cache.kv_pool import ReqToTokenPool, TokenToKVPool
 from vla_server.model.attention.registry import create_attention_backend
 from vla_server.model.config import ModelConfig, parse_dtype
 from vla_server.model.forward_batch import ForwardBatch, ForwardMode
+from vla_server.model.guidance import Guide, GuideBatch, vjp_velocity
 from vla_server.model.llama import LlamaForCausalLM
 from vla_server.model.paged_prefix import PagedPrefix
 from vla_server.model.parts import ActionHead, ModelParts, StateTokenHead, VisionEncoder
@@ -306,24 +309,64 @@ class ModelRunner:
         (`prefix_lens[i]` tokens) are in the pool in `req_to_token` rows `rows`. One head pass
         for the whole batch; the pool is read, never written. `state` [B, ...]: the requests'
         normalised state, for a head that reads it beside the prefix (None: zeros)."""
+        head = self._head_for(rows, prefix_lens)
+        prefix = PagedPrefix.build(self.req_to_token_pool, self.kv_pool, rows, prefix_lens)
+        dev = self.device
+        with self.clock.phase("action_head"):
+            velocity = head.velocity(
+                prefix,
+                x_t.to(dev, torch.float32),
+                time.to(dev, torch.float32),
+                None if state is None else state.to(dev, torch.float32),
+            )
+        self._count_pass(len(rows))
+        return velocity
+
+    def denoise_vjp(
+        self,
+        rows: Sequence[int],
+        prefix_lens: Sequence[int],
+        x_t: torch.Tensor,
+        time: torch.Tensor,
+        state: torch.Tensor | None,
+        guides: Sequence[Guide],
+    ) -> torch.Tensor:
+        """`denoise`'s rows guided by real-time chunking with the paper's Jacobian
+        (`guidance.vjp_velocity`): the guided velocity [B, chunk_size, width] (float32). The
+        vector-Jacobian product runs through the action head only: the prefix K/V gathered
+        from the pool are constants. Autograd needs tensors made outside inference mode (the
+        scheduler's step runs in it), so this pass leaves it, and clones its inputs, which may
+        have been made in it; the head's weights never require grad. One head pass and its
+        backward; counted as one pass."""
+        head = self._head_for(rows, prefix_lens)
+        dev = self.device
+        with torch.inference_mode(False), torch.enable_grad():
+            prefix = PagedPrefix.build(self.req_to_token_pool, self.kv_pool, rows, prefix_lens)
+            t = time.to(dev, torch.float32).clone()
+            s = None if state is None else state.to(dev, torch.float32).clone()
+            batch = GuideBatch.stack(guides, dev)
+            with self.clock.phase("action_head"):
+                velocity = vjp_velocity(
+                    lambda x: head.velocity(prefix, x, t, s),
+                    x_t.to(dev, torch.float32).clone(),
+                    t,
+                    batch,
+                )
+        self._count_pass(len(rows))
+        return velocity
+
+    def _head_for(self, rows: Sequence[int], prefix_lens: Sequence[int]) -> ActionHead:
         if self.head is None:
             raise ValueError(f"{self.model_path} has no action head")
         if len(rows) != len(prefix_lens) or not rows:
             raise ValueError("denoise needs one prefix length per row, and at least one row")
         if min(prefix_lens) < 1 or max(prefix_lens) > self.context_len:
             raise ValueError(f"prefix lengths must be in [1, {self.context_len}]")
-        prefix = PagedPrefix.build(self.req_to_token_pool, self.kv_pool, rows, prefix_lens)
-        dev = self.device
-        with self.clock.phase("action_head"):
-            velocity = self.head.velocity(
-                prefix,
-                x_t.to(dev, torch.float32),
-                time.to(dev, torch.float32),
-                None if state is None else state.to(dev, torch.float32),
-            )
+        return self.head
+
+    def _count_pass(self, rows: int) -> None:
         self.counters.expert_passes += 1
-        self.counters.expert_rows += len(rows)
-        return velocity
+        self.counters.expert_rows += rows
 
     @torch.inference_mode()
     def embed_state(self, state: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,8 @@ how its outputs become actions. Each process builds its family object once (`reg
 reaches the family only through these hooks:
 
 * scheduler process: the `ModelParts` half (model/parts.py) and `head_spec`;
-* main process: `tokenizer`, `image_preprocessor`, `frontend` (a `PolicyFrontend`);
+* main process: `tokenizer`, `image_preprocessor`, `frontend` (a `PolicyFrontend`, and a
+  `GuidedFrontend` when its chunks can be guided by real-time chunking);
 * detokenizer: `tokenizer`, `action_decoder` (an `ActionDecoder`).
 """
 
@@ -18,7 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -173,6 +174,19 @@ class PolicyFrontend(Protocol):
         ...
 
     def describe(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class GuidedFrontend(Protocol):
+    """A front end whose action head denoises a chunk that real-time chunking can guide
+    (`model/guidance.py`). A family without this hook takes no `prev_chunk`."""
+
+    def prev_chunk_target(self, prev_chunk: np.ndarray) -> np.ndarray:
+        """The robot's previous chunk as it has it (raw units, [n, k] float64, finite) in the
+        head's space: normalised with the checkpoint's action statistics through the family's
+        own normaliser, zero-padded to the head's width, float32 [n, width]. RequestError
+        naming `prev_chunk` when it is wider than the action or longer than the chunk."""
+        ...
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import torch
 from vla_server.config import ThreadPlan
 from vla_server.io_struct import MMItem
 from vla_server.model.denoise import euler_update
+from vla_server.model.guidance import Guide, GuideBatch, identity_velocity
 from vla_server.model.model_runner import ModelRunner
 from vla_server.model.parts import ModelParts
 from vla_server.model.sampling import (
@@ -27,6 +28,7 @@ from vla_server.model.sampling import (
     compute_logprobs,
     make_generator,
 )
+from vla_server.scheduler.denoise_state import DenoiseState
 from vla_server.scheduler.image_embedder import ImageEmbedder
 from vla_server.scheduler.req import Req
 from vla_server.scheduler.schedule_batch import PENDING, BatchResult, ReqLogprobs, ScheduledBatch
@@ -94,7 +96,10 @@ class BatchRunner:
         return BatchResult(next_ids, logprobs, time.perf_counter() - t0)
 
     def _denoise(self, batch: ScheduledBatch) -> None:
-        """One Euler step of every denoising request, in one expert pass."""
+        """One Euler step of every denoising request, in one expert pass (two when some rows
+        take real-time chunking guidance through the head's Jacobian: the others, then them).
+        Rows with LeRobot's identity guidance share the plain pass and are corrected after it;
+        rows without guidance get exactly the plain pass's velocity."""
         chunks = [r.denoise for r in batch.denoise if r.denoise is not None]
         dev = self.device
         x = torch.cat([c.x.to(dev) for c in chunks])
@@ -102,10 +107,46 @@ class BatchRunner:
         state = torch.cat(states).to(dev) if states else None
         times = torch.tensor(batch.denoise_times, dtype=torch.float32, device=dev)
         self._set_threads(len(chunks), 0)
-        v = self.runner.denoise(batch.denoise_rows, batch.denoise_prefix_lens, x, times, state)
+        vjp = [i for i, c in enumerate(chunks) if c.guide is not None and c.guide.vjp]
+        if vjp:
+            v = self._velocity_with_vjp(batch, chunks, vjp, x, times, state)
+        else:
+            v = self.runner.denoise(batch.denoise_rows, batch.denoise_prefix_lens, x, times, state)
+        identity = [i for i, c in enumerate(chunks) if c.guide is not None and not c.guide.vjp]
+        if identity:
+            rows = torch.tensor(identity, device=dev)
+            guides = GuideBatch.stack([_guide(chunks[i]) for i in identity], dev)
+            v[rows] = identity_velocity(x[rows], v[rows], times[rows], guides)
         x = euler_update(x, v, chunks[0].num_steps)
         for i, c in enumerate(chunks):
             c.x = x[i : i + 1]
+
+    def _velocity_with_vjp(
+        self,
+        batch: ScheduledBatch,
+        chunks: list[DenoiseState],
+        vjp: list[int],
+        x: torch.Tensor,
+        times: torch.Tensor,
+        state: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """The plain pass over the rows that take no Jacobian, then the vjp pass over those
+        that do."""
+        v = torch.empty_like(x)
+        plain = [i for i in range(len(chunks)) if i not in set(vjp)]
+        for part in (plain, vjp):
+            if not part:
+                continue
+            idx = torch.tensor(part, device=x.device)
+            rows = [batch.denoise_rows[i] for i in part]
+            lens = [batch.denoise_prefix_lens[i] for i in part]
+            s = None if state is None else state[idx]
+            if part is plain:
+                v[idx] = self.runner.denoise(rows, lens, x[idx], times[idx], s)
+            else:
+                guides = [_guide(chunks[i]) for i in part]
+                v[idx] = self.runner.denoise_vjp(rows, lens, x[idx], times[idx], s, guides)
+        return v
 
     def _set_threads(self, requests: int, new_tokens: int) -> None:
         # Runs on the model worker thread, the one whose OpenMP pool the next forward uses.
@@ -220,6 +261,11 @@ class BatchRunner:
             embeds[rows] = self.runner.embed_state(states).to(embeds.device, embeds.dtype)
             mask[rows] = True
         return embeds, mask
+
+
+def _guide(chunk: DenoiseState) -> Guide:
+    assert chunk.guide is not None
+    return chunk.guide
 
 
 def _history(r: Req, prefix_len: int, tokens: list[int]) -> TokenHistory:

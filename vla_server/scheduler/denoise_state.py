@@ -5,7 +5,8 @@ Then the request takes one action-head pass per step: every request whose prefix
 in the step's denoising batch (one pass for all of them, each at its own time t), until its
 `num_steps` Euler steps are applied; its chunk then goes out with the request's end, which is
 `FinishActions`. The head's suffix K/V is never written to the pool, so the request's KV is its
-prompt alone.
+prompt alone. A request with real-time chunking guidance carries its `Guide` (target, weights),
+built once here; the model worker applies it at every pass (`batch_runner.py`).
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
-from vla_server.io_struct import Tensor, TokenizedGenerateReqInput
+from vla_server.io_struct import Guidance, Tensor, TokenizedGenerateReqInput
 from vla_server.model.denoise import initial_noise
+from vla_server.model.guidance import Guide
 from vla_server.policies.base import Denoise
 
 
@@ -27,12 +29,13 @@ class DenoiseState:
     x: torch.Tensor  # the chunk at the current step; written by the model worker only
     scheduled: int = 0  # passes handed to batches
     done: int = 0  # passes whose results were applied
+    guide: Guide | None = None  # real-time chunking toward the robot's previous chunk
 
     @classmethod
     def create(cls, spec: Denoise, msg: TokenizedGenerateReqInput) -> DenoiseState:
         noise = initial_noise(msg.sampling_params.random_seed, spec.chunk_size, spec.width)
         state = None if msg.state is None else msg.state.to_torch()[None].float()
-        return cls(noise, state, spec.times, noise.clone())
+        return cls(noise, state, spec.times, noise.clone(), guide=_guide(spec, msg.guidance))
 
     @property
     def num_steps(self) -> int:
@@ -60,3 +63,18 @@ class DenoiseState:
         """A retracted request recomputes its prefix, then denoises again from its noise."""
         self.x = self.noise.clone()
         self.scheduled = self.done = 0
+
+
+def _guide(spec: Denoise, guidance: Guidance | None) -> Guide | None:
+    if guidance is None:
+        return None
+    return Guide.build(
+        guidance.prev_chunk.to_torch().float(),
+        guidance.inference_delay,
+        guidance.execution_horizon,
+        schedule=guidance.rtc.schedule,
+        max_weight=guidance.rtc.max_guidance_weight,
+        jacobian=guidance.rtc.jacobian,
+        chunk_size=spec.chunk_size,
+        width=spec.width,
+    )

@@ -2,14 +2,15 @@
 
 A request is refused (finish reason `abort`, with the HTTP status and the field it is about) when
 it can never run: a prompt beyond the context, more KV than the pool holds, actions on a model
-without an action head, a session error. With `supersede`, the newest frame of a session
-replaces its stale waiting ones before the queue bound is checked, so a full queue never keeps
-out the newest frame. With the bound reached, a better-ranked newcomer evicts the worst queued
-request; anyone else gets a 503.
+without an action head, guidance that does not fit the head, a session error. With `supersede`,
+the newest frame of a session replaces its stale waiting ones before the queue bound is
+checked, so a full queue never keeps out the newest frame. With the bound reached, a
+better-ranked newcomer evicts the worst queued request; anyone else gets a 503.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -58,7 +59,9 @@ class Intake:
         req = Req.from_wire(msg)
         req.arrival_time = req.last_step_at = self.clock.monotonic()
         req.arrival_step = self.state.step_count
-        problem = self._prefix_problem(msg) or self._state_problem(msg)
+        problem = (
+            self._prefix_problem(msg) or self._state_problem(msg) or self._guidance_problem(msg)
+        )
         if problem is not None:
             self.reject(req, *problem)
             return
@@ -156,6 +159,25 @@ class Intake:
             return f"must be in [0, {len(msg.input_ids)}) (the prompt)", 400, "state_position"
         if not (isinstance(self.head, Denoise) and self.head.state_token):
             return "this model has no state token in its prompt", 400, "state_position"
+        return None
+
+    def _guidance_problem(self, msg: TokenizedGenerateReqInput) -> tuple[str, int, str] | None:
+        """Why a request's real-time chunking guidance does not fit the head, or None (the
+        front end checked the fields; this guards the wire)."""
+        g = msg.guidance
+        if g is None:
+            return None
+        head = self.head
+        if not (isinstance(head, Denoise) and msg.num_actions):
+            return "only a denoised action chunk takes guidance", 400, "prev_chunk"
+        shape = g.prev_chunk.shape
+        if len(shape) != 2 or not 1 <= shape[0] <= head.chunk_size or shape[1] != head.width:
+            return f"must be [1..{head.chunk_size}, {head.width}] on the wire", 400, "prev_chunk"
+        if not 0 <= g.inference_delay <= min(g.execution_horizon, shape[0]):
+            reason = "must be in [0, min(execution_horizon, prev_chunk's length)]"
+            return reason, 400, "inference_delay"
+        if not (math.isfinite(g.rtc.max_guidance_weight) and g.rtc.max_guidance_weight > 0):
+            return "must be a finite number > 0", 400, "rtc.max_guidance_weight"
         return None
 
     def _queue_admits(self, req: Req) -> bool:

@@ -30,9 +30,10 @@ class Pi0Family(PiFamily):
 
     @classmethod
     def tiny_checkpoints(cls) -> dict[str, Callable[[], Path]]:
-        from vla_server.policies.pi0.tiny import KINDS, pi0_model_path
+        from vla_server.policies.pi0.tiny import KINDS, pi0_model_path, rtc_model_path
 
-        return {kind: partial(pi0_model_path, kind, "bare") for kind in KINDS}
+        tiny = {kind: partial(pi0_model_path, kind, "bare") for kind in KINDS}
+        return tiny | {f"{kind}-rtc": partial(rtc_model_path, kind) for kind in KINDS}
 
     @classmethod
     def describe_config(cls, folder: Path, raw: dict[str, Any]) -> dict[str, Any]:

@@ -1,10 +1,13 @@
 """pi0's and pi0.5's front-end rules: the task prompt (`prompt.py`), a chunk that is denoised
 rather than sampled (no token budget, no token options), pi0's state beside the prompt for its
-state token, and cameras that may be missing (masked, as LeRobot feeds them)."""
+state token, cameras that may be missing (masked, as LeRobot feeds them), and real-time
+chunking's previous chunk in the head's space (`FlowActionPolicy.prev_chunk_target`)."""
 
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 from vla_server.errors import RequestError
 from vla_server.io_struct import ModelInfo
@@ -53,6 +56,9 @@ class Pi0Frontend(PiFrontend):
             state = self.policy.state_vector(checked_state(self.spec, ask.state))
         # The chunk is denoised over the prompt's K/V: no new tokens.
         return PromptPlan(max_new_tokens=0, prefix_lm_len=prompt_len, state=state)
+
+    def prev_chunk_target(self, prev_chunk: np.ndarray) -> np.ndarray:
+        return self.policy.prev_chunk_target(prev_chunk)
 
     def action_token_ids(self, output_ids: list[int], start: int, stop: int) -> list[Any]:
         return []

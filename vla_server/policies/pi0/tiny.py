@@ -6,7 +6,9 @@ PaliGemma with Gemma width 64, 2 layers, 4 query heads and 1 KV head of 16, SigL
 4 tokens per camera, two cameras, a 4-dim state, a 3-dim action, max dims 32. The action
 expert is a Gemma of width 32, MLP 64 and the backbone's depth and heads, described by a
 `dit_config` (transformers' `PI0Config.dit_config`); chunks of 4, 10 Euler steps. Weights are
-drawn with a fixed seed and a wide spread, so outputs are not near 0.
+drawn with a fixed seed and a wide spread, so outputs are not near 0. `rtc_model_path(kind)`:
+the variant real-time chunking is tested on (a chunk of 50, the flow matrices at half the
+spread; see `RTC_FLOW_SPREAD`).
 
 Layouts (`pi0_model_path(kind, layout)`):
 
@@ -51,6 +53,12 @@ from vla_server.policies.pi_common.tiny_text_tokenizer import build_text_tokeniz
 KINDS = ("pi0", "pi05")
 LAYOUTS = ("bare", "prefixed", "openpi")
 CHUNK = 4
+FLOW_SPREAD = 0.2  # std of the flow matrices: wide, so outputs are not near 0
+# Real-time chunking's variant: pi0's real chunk (room for RTC's delays and horizons), and half
+# the spread: on the wide weights, guidance through the expert's Jacobian (the paper's `vjp`)
+# is chaotic (a 1e-7 nudge of the noise moves the dense reference's chunk by up to 9e-4), so no
+# two float32 implementations agree to 1e-4; at 0.1 the same nudge moves it by < 1e-6.
+RTC_CHUNK, RTC_FLOW_SPREAD = 50, 0.1
 MAX_DIM = 32
 NUM_STEPS = 10
 EXPERT_WIDTH, EXPERT_MLP = 64 // 2, 64
@@ -104,17 +112,20 @@ def _shapes(kind: str) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def random_flow_tensors(kind: str, seed: int) -> dict[str, torch.Tensor]:
-    """The expert and heads with wide random weights; norm offsets and biases narrower."""
+def random_flow_tensors(
+    kind: str, seed: int, spread: float = FLOW_SPREAD
+) -> dict[str, torch.Tensor]:
+    """The expert and heads with wide random weights (std `spread`); norm offsets and biases
+    narrower."""
     generator = torch.Generator().manual_seed(seed + 2)
     out = {}
     for name, shape in _shapes(kind).items():
         noise = torch.randn(shape, generator=generator)
-        out[name] = 0.2 * noise if len(shape) >= 2 else 0.1 * noise
+        out[name] = spread * noise if len(shape) >= 2 else 0.1 * noise
     return out
 
 
-def _lerobot_config(kind: str, vlm: dict[str, Any]) -> dict[str, Any]:
+def _lerobot_config(kind: str, vlm: dict[str, Any], chunk: int) -> dict[str, Any]:
     visual = {"type": "VISUAL", "shape": [3, IMAGE_SIZE, IMAGE_SIZE]}
     mode = "MEAN_STD" if kind == "pi0" else "QUANTILES"
     return {
@@ -129,8 +140,8 @@ def _lerobot_config(kind: str, vlm: dict[str, Any]) -> dict[str, Any]:
         "paligemma_variant": "gemma_2b",
         "action_expert_variant": "gemma_300m",
         "dtype": "float32",
-        "chunk_size": CHUNK,
-        "n_action_steps": CHUNK,
+        "chunk_size": chunk,
+        "n_action_steps": chunk,
         "max_state_dim": MAX_DIM,
         "max_action_dim": MAX_DIM,
         "num_inference_steps": NUM_STEPS,
@@ -143,10 +154,10 @@ def _lerobot_config(kind: str, vlm: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _openpi_config(vlm: dict[str, Any]) -> dict[str, Any]:
+def _openpi_config(vlm: dict[str, Any], chunk: int) -> dict[str, Any]:
     return {
         "action_dim": MAX_DIM,
-        "action_horizon": CHUNK,
+        "action_horizon": chunk,
         "paligemma_variant": "gemma_2b",
         "action_expert_variant": "gemma_300m",
         "precision": "float32",
@@ -164,13 +175,16 @@ def _write_norm_stats(out: Path) -> None:
     (folder / "norm_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
 
 
-def build_pi0(out: Path, kind: str, layout: str, seed: int = 0) -> None:
+def build_pi0(
+    out: Path, kind: str, layout: str, seed: int = 0, chunk: int = CHUNK,
+    spread: float = FLOW_SPREAD,
+) -> None:  # fmt: skip
     from safetensors.torch import save_file
 
     tokenizer = build_text_tokenizer(TEXT_BPE, FAST_VOCAB, SKIP)
     vlm = vlm_config(len(tokenizer))
     tensors = {**lerobot_tensors(random_paligemma(vlm, seed), "bare"),
-               **random_flow_tensors(kind, seed)}  # fmt: skip
+               **random_flow_tensors(kind, seed, spread)}  # fmt: skip
     if layout != "bare":
         generator = torch.Generator().manual_seed(seed + 3)
         tensors[EXPERT_LM_HEAD] = torch.randn((len(tokenizer), EXPERT_WIDTH), generator=generator)
@@ -179,20 +193,31 @@ def build_pi0(out: Path, kind: str, layout: str, seed: int = 0) -> None:
     save_file(tensors, str(out / "model.safetensors"))
     tokenizer.save_pretrained(out)
     if layout == "openpi":
-        write_json_file(out / "config.json", _openpi_config(vlm))
+        write_json_file(out / "config.json", _openpi_config(vlm, chunk))
         _write_norm_stats(out)
     else:
-        write_json_file(out / "config.json", _lerobot_config(kind, vlm))
+        write_json_file(out / "config.json", _lerobot_config(kind, vlm, chunk))
         write_processors(out, "MEAN_STD" if kind == "pi0" else "QUANTILES")
 
 
-def pi0_model_path(kind: str, layout: str, seed: int = 0) -> Path:
+def pi0_model_path(
+    kind: str, layout: str, seed: int = 0, chunk: int = CHUNK, spread: float = FLOW_SPREAD
+) -> Path:
     """The tiny pi0 ("pi0") or pi0.5 ("pi05") folder in `layout`, built into the checkpoint
-    cache on first use."""
+    cache on first use; `chunk`: its chunk size, `spread`: the std of its flow matrices."""
     if kind not in KINDS or layout not in LAYOUTS:
         raise ValueError(
             f"unknown kind {kind!r} or layout {layout!r} (kinds: {', '.join(KINDS)}; "
             f"layouts: {', '.join(LAYOUTS)})"
         )
-    name = f"tiny-{kind}-v{VERSION}-{layout}-{seed}"
-    return cached_folder(name, lambda out: build_pi0(out, kind, layout, seed))
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
+    name = f"tiny-{kind}-v{VERSION}-{layout}-{seed}" + ("" if chunk == CHUNK else f"-chunk{chunk}")
+    name += "" if spread == FLOW_SPREAD else f"-spread{spread}"
+    return cached_folder(name, lambda out: build_pi0(out, kind, layout, seed, chunk, spread))
+
+
+def rtc_model_path(kind: str) -> Path:
+    """The real-time chunking variant (LeRobot's layout): a chunk of `RTC_CHUNK`, the flow
+    matrices at `RTC_FLOW_SPREAD`, so that guidance through the Jacobian is well-conditioned."""
+    return pi0_model_path(kind, "bare", chunk=RTC_CHUNK, spread=RTC_FLOW_SPREAD)

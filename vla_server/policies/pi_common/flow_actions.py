@@ -9,6 +9,8 @@ pi0-FAST's: `FastActionTokenizer`).
   normalised state into a token (the last of its prompt).
 * Noise: the documented seeded rule of every denoising head (`model/denoise.initial_noise`).
 * Chunk: the denoised `[chunk_size, max_action_dim]`, its first `action_dim` dims unnormalised.
+* Real-time chunking: the robot's previous chunk, raw, normalised the other way with the same
+  action statistics and zero-padded (`prev_chunk_target`), the target the chunk is guided to.
 
 Statistics: openpi's `assets/<id>/norm_stats.json` for a folder openpi's conversion wrote, else
 LeRobot's processor files (none: values pass through, as LeRobot does).
@@ -21,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from vla_server.errors import RequestError
 from vla_server.policies.pi_common.lerobot_config import LeRobotPolicySpec
 from vla_server.policies.pi_common.lerobot_normalizer import FeatureNormalizer, policy_normalizers
 from vla_server.policies.pi_common.openpi_norm_stats import openpi_normalizers
@@ -66,6 +69,29 @@ class FlowActionPolicy:
     def unnormalize(self, chunk: np.ndarray) -> np.ndarray:
         """float32 [chunk_size, max_action_dim] model output -> [chunk_size, action_dim]."""
         return self.action_norm.unnormalize(chunk[:, : self.action_dim]).astype(np.float32)
+
+    def prev_chunk_target(self, prev_chunk: np.ndarray) -> np.ndarray:
+        """Real-time chunking's target (`policies.base.GuidedFrontend`): the robot's previous
+        chunk [n, k] (raw, k <= action_dim, n <= chunk_size) normalised with the action
+        statistics as LeRobot normalises actions, its other dims 0 up to `max_action_dim`
+        (LeRobot pads the left-over chunk with zeros), float32 [n, max_action_dim]."""
+        rows, dims = prev_chunk.shape
+        if dims > self.action_dim:
+            raise RequestError(
+                f"has {dims} values per action; the policy's actions have {self.action_dim}",
+                "prev_chunk",
+            )
+        if rows > self.horizon:
+            raise RequestError(
+                f"has {rows} actions; the policy's chunk has {self.horizon}", "prev_chunk"
+            )
+        raw = np.zeros((rows, self.action_dim), dtype=np.float32)
+        raw[:, :dims] = prev_chunk
+        out = np.zeros((rows, self.spec.max_action_dim), dtype=np.float32)
+        out[:, :dims] = self.action_norm.normalize(raw)[:, :dims]
+        if not np.isfinite(out).all():
+            raise RequestError("is not finite once normalised by the statistics", "prev_chunk")
+        return out
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -14,12 +14,15 @@
   normalised state in its place. Images and text are one bidirectional prefix that does not see
   the state (`prefix_lm_len` = the prompt's length - 1); the state token sees all of them.
 * The chunk is denoised from seeded noise, not sampled; it is unnormalised with the action
-  statistics of the folder's postprocessor (`pi_common.flow_actions`).
+  statistics of the folder's postprocessor (`pi_common.flow_actions`), and real-time chunking's
+  previous chunk is normalised with them (`prev_chunk_target`).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 from vla_server.errors import RequestError
 from vla_server.io_struct import ModelInfo
@@ -73,6 +76,9 @@ class SmolVLAFrontend(PiFrontend):
             state=state,
             state_position=prompt_len - 1,
         )
+
+    def prev_chunk_target(self, prev_chunk: np.ndarray) -> np.ndarray:
+        return self.policy.prev_chunk_target(prev_chunk)
 
     def action_token_ids(self, output_ids: list[int], start: int, stop: int) -> list[Any]:
         return []
