@@ -24,6 +24,7 @@ from ros_bridge.frame_input import BadFrame, PreparedImage, prepare_image
 from ros_bridge.late_policy import LateCommand, parse_on_late
 from ros_bridge.latency_monitor import Budgets, LatencyMonitor
 from ros_bridge.request_body import RequestSettings
+from ros_bridge.signals import stop_on_sigint
 
 NODE_NAME = "vla_bridge"
 _THROTTLE_S = 1.0
@@ -269,5 +270,6 @@ def spin(make_node: Callable[[], VlaBridgeNode]) -> None:
 
 def main(args: list[str] | None = None) -> None:
     """`ros2 run vla_bridge bridge_node` (and the launch file's Node action)."""
+    stop_on_sigint()
     rclpy.init(args=args)
     spin(VlaBridgeNode)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ros_bridge import extras, graph_args
+from ros_bridge.signals import stop_on_sigint
 
 if TYPE_CHECKING:
     from ros_bridge.bridge_params import ParamSpec
@@ -191,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    stop_on_sigint()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in (*COMMANDS, "-h", "--help"):
         argv.insert(0, "run")  # `vla-bridge --port 30001` means `vla-bridge run --port 30001`

@@ -238,7 +238,10 @@ def test_vla_bridge_run_talks_dds_to_other_processes(server, tmp_path, monkeypat
         *[f"j{i}" for i in range(7)],
     ]
     log = open(tmp_path / "bridge.log", "w")  # noqa: SIM115
-    bridge = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+    # Started with SIGINT ignored, as a shell without job control starts a background command:
+    # the bridge must still stop on SIGINT.
+    shell = ["bash", "-c", "trap '' INT; exec \"$@\"", "bridge", *cmd]
+    bridge = subprocess.Popen(shell, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
     monkeypatch.setenv("CYCLONEDDS_URI", LOOPBACK_CONFIG)
     try:
         rclpy.init(args=[], transport="dds", domain_id=domain)
