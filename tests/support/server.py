@@ -106,3 +106,14 @@ def model_work(internal: dict[str, Any]) -> tuple[dict[str, int], dict[str, floa
     """The model runner's counters and its seconds per phase, from an internal state."""
     counters = dict(internal["model_counters"])
     return counters, counters.pop("seconds")
+
+
+def assert_refused(server: ServerProcess, body: dict[str, Any], field: str) -> None:
+    """`POST /v1/actions` with `body` is a 400 naming `field`, and leaves nothing running and
+    no KV in use."""
+    with server.client() as c:
+        r = c.post("/v1/actions", json=body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["field"] == field, r.text
+    state = internal_state(server)
+    assert state["num_running_reqs"] == 0 and state["kv_pool"]["used"] == 0
