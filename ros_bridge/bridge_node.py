@@ -18,10 +18,11 @@ from ros_bridge.action_output import action_message, late_message, output_type
 from ros_bridge.bridge_params import PARAM_RANGES, PARAMS, PARAMS_BY_NAME, ParamSpec
 from ros_bridge.bridge_worker import BridgeWorker, FrameJob, WorkerConfig
 from ros_bridge.camera_frame import frame_from_msg
+from ros_bridge.chunk_executor import ExecutorMode
 from ros_bridge.chunk_output import ChunkOutput, action_rate_hz, executor_config
 from ros_bridge.compat import diagnostic_msgs, rcl_interfaces, rclpy, sensor_msgs
 from ros_bridge.frame_input import BadFrame, PreparedImage, prepare_image
-from ros_bridge.late_policy import LateCommand, parse_on_late
+from ros_bridge.late_policy import LateCommand, OnLate, parse_on_late
 from ros_bridge.latency_monitor import Budgets, LatencyMonitor
 from ros_bridge.request_body import RequestSettings
 from ros_bridge.signals import stop_on_sigint
@@ -154,7 +155,10 @@ class VlaBridgeNode(rclpy.node.Node):
 
     def publish_late(self, command: LateCommand) -> None:
         if self.chunk_output is not None:
-            self.chunk_output.expire()  # the executor sends the on_late command every period
+            # The plan's actions still due stay valid: the executor sends the on_late command
+            # once none covers the period; only `stop` ends the plan at once.
+            if command.policy is OnLate.STOP:
+                self.chunk_output.expire()
             return
         stamp = command.stamp or self.get_clock().now().seconds_nanoseconds()
         joint_names = self._values()["joint_names"]
@@ -236,6 +240,7 @@ def _worker_config(values: dict[str, Any]) -> WorkerConfig:
         on_late=parse_on_late(values["on_late"]),
         action_width=len(values["joint_names"]) or None,
         chunk_span_ms=(values["num_actions"] - 1) * 1000.0 / action_rate_hz(values),
+        executor_times_actions=values["executor"] != ExecutorMode.NONE,
     )
 
 

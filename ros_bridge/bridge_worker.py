@@ -4,7 +4,11 @@ Camera callbacks hand frames in with `submit()` (any thread, never blocks). The 
 request in flight (FrameGate), streams it, hands each action to the sink the moment it arrives,
 times TTFT/ITL/first action/frame-to-action into the LatencyMonitor, and fires a deadline timer
 per frame: no action by then is a miss and the `on_late` command goes out (with `stop`, the late
-request is also cancelled). A failed server (unreachable, a 5xx, a stream cut short) is one outage:
+request is also cancelled). Without an executor an action is published the moment it arrives,
+so the actions of a frame whose `on_late` command already went out in their place are dropped
+(counted `actions_late`, the frame `frames_expired`): none is applied after its due time. With
+one (`executor_times_actions`), each action goes to the executor, which commands it only at its
+own due time. A failed server (unreachable, a 5xx, a stream cut short) is one outage:
 `on_late` is applied once, requests are retried with exponential backoff (re-probing `/health` and
 `/get_server_info` first), and only a request that succeeds ends it, counted as a reconnect. A
 `/health` that answers while `/generate` fails therefore keeps the node in ERROR. A request the
@@ -53,6 +57,7 @@ class WorkerConfig:
     # From a chunk's first action to its last (num_actions - 1 action periods): the server is
     # asked to finish the whole chunk by the first action's deadline plus this.
     chunk_span_ms: float = 0.0
+    executor_times_actions: bool = False  # a ChunkExecutor commands each action when it is due
 
 
 class ActionSink(Protocol):
@@ -351,8 +356,8 @@ class BridgeWorker:
         finally:
             self.monitor.count("malformed_sse_lines", client.malformed_lines - malformed_before)
         # The server ends a frame that cannot make its deadline early (maybe after some of its
-        # actions): a missed frame, not a processed one.
-        expired = finish.get("type") == "deadline"
+        # actions), or its first action came after the deadline: a missed frame.
+        expired = finish.get("type") == "deadline" or ticket.missed
         self.monitor.count("frames_expired" if expired else "frames_processed")
         self._request_succeeded()
 
@@ -372,6 +377,9 @@ class BridgeWorker:
     def _publish(
         self, ticket: Ticket[FrameJob], t: _StreamTiming, action: tuple[float, ...]
     ) -> None:
+        if ticket.missed and not self.config.executor_times_actions:
+            self.monitor.count("actions_late")  # its on_late command went out instead
+            return
         try:
             self._sink.publish_action(ticket.job.stamp, t.actions, action)
         except ValueError as exc:

@@ -30,6 +30,7 @@ COUNTERS = (
     "frames_failed",
     "frames_processed",
     "actions_published",
+    "actions_late",
     "deadline_misses",
     "late_commands",
     "request_errors",

@@ -123,19 +123,35 @@ def test_a_frame_the_server_ended_at_its_deadline_is_expired_not_processed(make_
     assert (counters["frames_expired"], counters["frames_processed"]) == (1, 1)
 
 
-def test_missed_deadline_applies_hold_and_the_late_actions_still_arrive(make_worker) -> None:
+def test_missed_deadline_applies_hold_in_place_of_the_late_actions(make_worker) -> None:
     server = FakeServer(token_delay_s=0.0)
     worker, sink = make_worker(server, deadline_ms=150.0, on_late=OnLate.HOLD)
     worker.submit(job(1))
     wait_for(lambda: worker.monitor.counters["frames_processed"] == 1)
     server.first_token_delay_s = 0.6
     worker.submit(job(2))
-    wait_for(lambda: worker.monitor.counters["frames_processed"] == 2)
-    # the last action held, stamped with the late frame's stamp (the frame it stands in for)
+    wait_for(lambda: worker.monitor.counters["frames_expired"] == 1)
+    # the last action held, stamped with the late frame's stamp (the frame it stands in for),
+    # and the frame's own actions, past their due time, never published
     assert sink.late == [LateCommand(OnLate.HOLD, sink.actions[1][2], (2, 0))]
-    assert [stamp for stamp, _, _ in sink.actions] == [(1, 0), (1, 0), (2, 0), (2, 0)]
+    assert [stamp for stamp, _, _ in sink.actions] == [(1, 0), (1, 0)]
+    counters = worker.monitor.counters
+    assert (counters["actions_late"], counters["frames_processed"]) == (2, 1)
     assert worker.monitor.counters["deadline_misses"] == 1
     assert {r.name: r.level for r in worker.monitor.statuses()}["latency"] is Level.ERROR
+
+
+def test_with_an_executor_a_late_frame_still_hands_its_actions_over(make_worker) -> None:
+    # the executor commands each action only at its own due time, so the later ones of a frame
+    # whose first action was late can still be applied
+    server = FakeServer(token_delay_s=0.0, first_token_delay_s=0.6)
+    worker, sink = make_worker(
+        server, deadline_ms=150.0, on_late=OnLate.HOLD, executor_times_actions=True
+    )
+    worker.submit(job(1))
+    wait_for(lambda: worker.monitor.counters["frames_expired"] == 1)
+    assert [stamp for stamp, _, _ in sink.actions] == [(1, 0), (1, 0)]
+    assert worker.monitor.counters["actions_late"] == 0
 
 
 def test_stop_policy_cancels_the_late_request(make_worker) -> None:
@@ -284,7 +300,8 @@ def test_frame_that_waited_past_its_deadline_is_never_sent(make_worker) -> None:
     assert worker.wait_idle(10)
     assert len(server.accepted) == 1
     assert worker.monitor.counters["deadline_misses"] == 2
-    assert {stamp for stamp, _, _ in sink.actions} == {(1, 0)}
+    # frame 1's actions came after its deadline: its on_late command went out instead
+    assert sink.actions == [] and worker.monitor.counters["actions_late"] == 2
 
 
 def test_stop_ends_the_loop_while_the_server_is_still_being_probed(make_worker) -> None:
