@@ -14,11 +14,11 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from ros_bridge.action_output import action_message, late_message, output_type
+from ros_bridge.action_output import NS_PER_S, action_message, late_message, output_type
 from ros_bridge.bridge_params import PARAM_RANGES, PARAMS, PARAMS_BY_NAME, ParamSpec
 from ros_bridge.bridge_worker import BridgeWorker, FrameJob, WorkerConfig
 from ros_bridge.camera_frame import frame_from_msg
-from ros_bridge.chunk_executor import ExecutorMode
+from ros_bridge.chunk_executor import ExecutorMode, RtcGuidance
 from ros_bridge.chunk_output import ChunkOutput, action_rate_hz, executor_config
 from ros_bridge.compat import diagnostic_msgs, rcl_interfaces, rclpy, sensor_msgs
 from ros_bridge.frame_input import BadFrame, PreparedImage, prepare_image
@@ -134,7 +134,9 @@ class VlaBridgeNode(rclpy.node.Node):
                 "waiting for a first frame on every camera", throttle_duration_sec=_THROTTLE_S
             )
             return
-        self.worker.submit(FrameJob(frame.stamp, (image, *others)), arrived_s)  # type: ignore[arg-type]
+        images = (image, *others)
+        state = self.chunk_output.position if self.chunk_output is not None else None
+        self.worker.submit(FrameJob(frame.stamp, images, state), arrived_s)  # type: ignore[arg-type]
 
     # --- ActionSink (called on the worker thread) ----------------------------------------
     def publish_action(self, stamp: tuple[int, int], index: int, action: Sequence[float]) -> None:
@@ -165,6 +167,12 @@ class VlaBridgeNode(rclpy.node.Node):
         msg = late_message(self._mode, command, stamp=stamp, joint_names=joint_names)
         if msg is not None:
             self.commands.publish(msg)
+
+    def rtc_guidance(self, stamp: tuple[int, int], horizon: int) -> RtcGuidance | None:
+        if self.chunk_output is None:
+            return None
+        stamp_ns = stamp[0] * NS_PER_S + stamp[1]
+        return self.chunk_output.executor.rtc_guidance(stamp_ns, horizon)
 
     def report(self, level: str, message: str) -> None:
         log = {"info": self.get_logger().info, "warn": self.get_logger().warning}
@@ -233,15 +241,26 @@ def _worker_config(values: dict[str, Any]) -> WorkerConfig:
         priority=values["priority"],
         session=values["session"],
         max_new_tokens=max(values["max_new_tokens"], 0),
+        control_period_ms=1000.0 / action_rate_hz(values),
     )
     return WorkerConfig(
         request=request,
         deadline_ms=values["deadline_ms"],
         on_late=parse_on_late(values["on_late"]),
         action_width=len(values["joint_names"]) or None,
-        chunk_span_ms=(values["num_actions"] - 1) * 1000.0 / action_rate_hz(values),
         executor_times_actions=values["executor"] != ExecutorMode.NONE,
+        rtc_horizon=_rtc_horizon(values),
     )
+
+
+def _rtc_horizon(values: dict[str, Any]) -> int:
+    if values["executor"] != ExecutorMode.RTC:
+        return 0
+    if not values["rtc_execution_horizon"] >= 1:
+        raise ValueError(
+            f"rtc_execution_horizon must be >= 1, got {values['rtc_execution_horizon']}"
+        )
+    return values["rtc_execution_horizon"]
 
 
 def _budgets(values: dict[str, Any]) -> Budgets:

@@ -68,8 +68,14 @@ PARAMS: tuple[ParamSpec, ...] = (
         "executor",
         ExecutorMode.NONE.value,
         "action chunks to one command per control period: none (publish each action as it "
-        "streams), hold, interpolate or ensemble (ACT temporal ensembling)",
+        "streams), hold, interpolate, ensemble (ACT temporal ensembling) or rtc (real-time "
+        "chunking: the server continues the plan's unexecuted tail; flow policies)",
         choices=tuple(m.value for m in ExecutorMode),
+    ),
+    ParamSpec(
+        "rtc_execution_horizon",
+        10,
+        "rtc: where the server's guidance toward the tail ends (LeRobot's execution_horizon)",
     ),
     ParamSpec("action_rate_hz", 0.0, "rate of a chunk's actions, their spacing (0 = control)"),
     ParamSpec("ensemble_coeff", 0.01, "ensemble weight exp(-coeff * age in action periods)"),

@@ -8,7 +8,12 @@ request is also cancelled). Without an executor an action is published the momen
 so the actions of a frame whose `on_late` command already went out in their place are dropped
 (counted `actions_late`, the frame `frames_expired`): none is applied after its due time. With
 one (`executor_times_actions`), each action goes to the executor, which commands it only at its
-own due time. A failed server (unreachable, a 5xx, a stream cut short) is one outage:
+own due time. A frame's actions are due one action period apart (`control_period_ms`), the
+first at its deadline; when they cannot all arrive in time the worker asks for fewer
+(`chunk_budget.py`) and the monitor's control-loop status turns WARN with the reason. With
+`rtc_horizon` set (executor `rtc`), each request carries the executor's unexecuted tail and
+measured delay (real-time chunking), and the frame's robot state goes with it when the policy
+reads one. A failed server (unreachable, a 5xx, a stream cut short) is one outage:
 `on_late` is applied once, requests are retried with exponential backoff (re-probing `/health` and
 `/get_server_info` first), and only a request that succeeds ends it, counted as a reconnect. A
 `/health` that answers while `/generate` fails therefore keeps the node in ERROR. A request the
@@ -26,11 +31,13 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import httpx
 
+from ros_bridge.chunk_budget import ChunkBudget
+from ros_bridge.chunk_executor import RtcGuidance
 from ros_bridge.frame_gate import FrameGate, Ticket
 from ros_bridge.frame_input import PreparedImage
 from ros_bridge.late_policy import LateCommand, OnLate, late_command
@@ -46,6 +53,7 @@ _FAILED_FINISH = ("abort", "action_error")
 class FrameJob:
     stamp: tuple[int, int]  # the trigger camera's header.stamp (sec, nanosec)
     images: tuple[PreparedImage, ...]
+    state: tuple[float, ...] | None = None  # the robot's joint positions at the frame
 
 
 @dataclass(frozen=True)
@@ -54,10 +62,8 @@ class WorkerConfig:
     deadline_ms: float = 500.0
     on_late: OnLate = OnLate.HOLD
     action_width: int | None = None  # len(joint_names) when configured
-    # From a chunk's first action to its last (num_actions - 1 action periods): the server is
-    # asked to finish the whole chunk by the first action's deadline plus this.
-    chunk_span_ms: float = 0.0
     executor_times_actions: bool = False  # a ChunkExecutor commands each action when it is due
+    rtc_horizon: int = 0  # > 0: real-time chunking, guided up to this many actions
 
 
 class ActionSink(Protocol):
@@ -65,6 +71,9 @@ class ActionSink(Protocol):
         """Raises ValueError when the action cannot be published (e.g. wrong width)."""
 
     def publish_late(self, command: LateCommand) -> None: ...
+
+    def rtc_guidance(self, stamp: tuple[int, int], horizon: int) -> RtcGuidance | None:
+        """The executor's tail and delay for a request on the frame stamped `stamp`."""
 
     def report(self, level: str, message: str) -> None: ...
 
@@ -75,6 +84,7 @@ class _Server:
     multimodal: bool = False
     digest: bytes | None = None
     action_dim: int | None = None  # mm.actions.action_dim of /get_server_info
+    state_dim: int = 0  # mm.robot.state_dim: the policy reads the robot's state
     image_token: str | None = None  # mm.image_token: the per-image prompt placeholder
     support: FieldSupport = field(default_factory=FieldSupport)
     session: str | None = None  # the session opened since the server was last probed
@@ -106,6 +116,7 @@ class BridgeWorker:
         self._submit_lock = threading.Lock()
         self._rid_prefix = f"bridge-{uuid.uuid4().hex[:8]}"
         self._last_action: tuple[float, ...] | None = None
+        self._budget = ChunkBudget(config.request.num_actions)
         self._newest_stamp: tuple[int, int] | None = None  # of the newest frame offered
         self._outage = False  # server unavailable since the last successful request
         self._loop = asyncio.new_event_loop()
@@ -132,6 +143,8 @@ class BridgeWorker:
         self._loop.call_soon_threadsafe(self._offer, job, arrived_s)
 
     def set_config(self, config: WorkerConfig) -> None:
+        if config.request.num_actions != self._budget.requested:
+            self._budget = ChunkBudget(config.request.num_actions)  # set again: start afresh
         self.config = config
 
     @property
@@ -262,6 +275,9 @@ class BridgeWorker:
         self._server.action_dim = dim if isinstance(dim, int) and dim > 0 else None
         token = mm.get("image_token") if isinstance(mm, dict) else None
         self._server.image_token = token if isinstance(token, str) else None
+        robot = mm.get("robot") if isinstance(mm, dict) else None
+        state_dim = robot.get("state_dim") if isinstance(robot, dict) else None
+        self._server.state_dim = state_dim if isinstance(state_dim, int) else 0
         self._server.session = None  # a restarted server has lost its sessions
         self._server.ready = True
         if not self._server.multimodal:
@@ -314,8 +330,10 @@ class BridgeWorker:
         rid = f"{self._rid_prefix}-{ticket.seq}"
         while True:
             settings = self.config.request  # one snapshot per attempt: set_config may swap it
+            settings = replace(settings, num_actions=self._budget.num_actions)
+            # the server is asked to finish the whole chunk by its last action's due time
             remaining_ms = (ticket.deadline_s - time.monotonic()) * 1000.0
-            remaining_ms += self.config.chunk_span_ms
+            remaining_ms += (settings.num_actions - 1) * settings.control_period_ms
             body = build_body(
                 settings,
                 images,
@@ -324,6 +342,9 @@ class BridgeWorker:
                 multimodal=self._server.multimodal,
                 support=self._server.support,
                 image_token=self._server.image_token,
+                state=ticket.job.state if self._server.state_dim else None,
+                guidance=self._guidance(ticket),
+                rtc_horizon=self.config.rtc_horizon,
             )
             try:
                 await self._open_session(client, settings.session)
@@ -360,6 +381,18 @@ class BridgeWorker:
         expired = finish.get("type") == "deadline" or ticket.missed
         self.monitor.count("frames_expired" if expired else "frames_processed")
         self._request_succeeded()
+        self._adapt(ticket, timing)
+
+    def _guidance(self, ticket: Ticket[FrameJob]) -> RtcGuidance | None:
+        horizon = self.config.rtc_horizon
+        return self._sink.rtc_guidance(ticket.job.stamp, horizon) if horizon > 0 else None
+
+    def _adapt(self, ticket: Ticket[FrameJob], timing: _StreamTiming) -> None:
+        period_s = self.config.request.control_period_ms / 1000.0
+        change = self._budget.observe(timing.arrived, ticket.deadline_s, period_s)
+        if change is not None:
+            self.monitor.loop_degraded(change)
+            self._sink.report("warn", change)
 
     def _on_chunk(self, ticket: Ticket[FrameJob], chunk: StreamChunk, t: _StreamTiming) -> None:
         now = time.monotonic()
@@ -372,6 +405,7 @@ class BridgeWorker:
                     self.monitor.record("itl", gap_ms)
             t.last_token_s = now
         for action in chunk.actions:
+            t.arrived.append(now)
             self._publish(ticket, t, action)
 
     def _publish(
@@ -401,3 +435,4 @@ class _StreamTiming:
     sent_s: float
     last_token_s: float | None = None
     actions: int = 0
+    arrived: list[float] = field(default_factory=list)  # each action's arrival (monotonic)

@@ -9,10 +9,16 @@ command every control period; `command(t)` is the one for time `t`. A chunk cove
 - interpolate: linear between the chunk's actions (its first action before that);
 - ensemble: ACT's temporal ensembling: every chunk covering t contributes its interpolated
   value, weighted `exp(-coeff · (s_c - s_oldest) / Δ)`, so with coeff > 0 the older chunks
-  count more, as in ACT (coeff 0.01, ACT's default, is close to a plain average).
+  count more, as in ACT (coeff 0.01, ACT's default, is close to a plain average);
+- rtc: real-time chunking. Each request carries the plan's actions still due after the new
+  frame's stamp (`rtc_guidance`: the unexecuted tail, raw) and the inference delay measured on
+  the last chunk (the actions the robot executed while it was computed); the server denoises
+  the new chunk to continue that tail, so the executor switches to it at t's offset, as
+  interpolate does, without blending.
 
 The newest chunk covering t replaces the older ones at t's offset from its own frame stamp,
-however late it arrived (hold, interpolate). In interpolate and ensemble every change of the
+however late it arrived (hold, interpolate, rtc). An action is commanded only for its own time:
+one that arrives after it is never applied. In interpolate and ensemble every change of the
 chunks in use (a chunk arriving, one running out, the plan resuming) is blended linearly from the
 last command over one action period: the command then never steps by more than
 `2 · span · control period / Δ`, span being the largest spread of an action dimension. Hold does
@@ -45,6 +51,7 @@ class ExecutorMode(StrEnum):
     HOLD = "hold"
     INTERPOLATE = "interpolate"
     ENSEMBLE = "ensemble"
+    RTC = "rtc"
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,14 @@ class ExecutorCounters:
     chunk_commands: int = 0
     late_commands: int = 0
     blends: int = 0  # transitions smoothed
+    # How much consecutive chunks disagree: |new - previous| summed over the values both have
+    # for the same time (their overlap), and how many values that was.
+    overlap_abs_sum: float = 0.0
+    overlap_values: int = 0
+
+    @property
+    def overlap_mean_abs(self) -> float | None:
+        return self.overlap_abs_sum / self.overlap_values if self.overlap_values else None
 
 
 @dataclass
@@ -113,6 +128,14 @@ class _Chunk:
         i = min(int(offset), len(self.points) - 2)
         frac = offset - i
         return self.points[i] + frac * (self.points[i + 1] - self.points[i])
+
+
+@dataclass(frozen=True)
+class RtcGuidance:
+    """Real-time chunking's fields for the next request (raw units, as the robot has them)."""
+
+    prev_chunk: np.ndarray  # [n, action_dim]: the plan's actions due after the frame
+    inference_delay: int  # actions the robot executes before the new chunk can start
 
 
 @dataclass
@@ -151,7 +174,25 @@ class ChunkExecutor:
                 return False
             chunk.points.append(values)
             self.counters.actions_received += 1
+            self._compare_with_previous(chunk)
             return True
+
+    def rtc_guidance(self, stamp_ns: int, horizon: int) -> RtcGuidance | None:
+        """For a request on the frame stamped `stamp_ns`: the newest chunk's actions due after
+        it, and the delay of the last chunk (in action periods, rounded up, at most `horizon`
+        and the tail's length). None before a first chunk."""
+        period = self.config.action_period_ns
+        with self._lock:
+            if not self._chunks or not self.arrivals:
+                return None
+            chunk, arrival = self._chunks[-1], self.arrivals[-1]
+            start = max(round((stamp_ns - chunk.stamp_ns) / period), 0)
+            tail = chunk.points[start:]
+            if not tail:
+                return None
+            delay = -(-(arrival.received_ns - arrival.stamp_ns) // period)
+            delay = min(max(delay, 0), horizon, len(tail))
+            return RtcGuidance(np.stack(tail), int(delay))
 
     def reconfigure(self, config: ExecutorConfig) -> None:
         """New settings (a parameter changed at runtime); the plan is kept."""
@@ -205,6 +246,17 @@ class ChunkExecutor:
         self.arrivals.append(ChunkArrival(stamp_ns, received_ns))
         return self._chunks[-1]
 
+    def _compare_with_previous(self, chunk: _Chunk) -> None:
+        """Adds the newest action's disagreement with the previous chunk at the same time."""
+        if len(self._chunks) < 2 or chunk is not self._chunks[-1]:
+            return
+        previous, period = self._chunks[-2], self.config.action_period_ns
+        index = len(chunk.points) - 1 + round((chunk.stamp_ns - previous.stamp_ns) / period)
+        if index < len(previous.points):
+            diff = np.abs(chunk.points[-1] - previous.points[index])
+            self.counters.overlap_abs_sum += float(diff.sum())
+            self.counters.overlap_values += diff.size
+
     def _prune(self, t_ns: int) -> None:
         """Chunks that ended before t go once a newer one exists (only the newest can grow)."""
         period = self.config.action_period_ns
@@ -216,7 +268,7 @@ class ChunkExecutor:
         mode = self.config.mode
         if mode is ExecutorMode.HOLD:
             return used[-1].held(t_ns, period)
-        if mode is ExecutorMode.INTERPOLATE:
+        if mode in (ExecutorMode.INTERPOLATE, ExecutorMode.RTC):
             return used[-1].interpolated(t_ns, period)
         ages = np.array([(c.stamp_ns - used[0].stamp_ns) / period for c in used])
         weights = np.exp(-self.config.ensemble_coeff * ages)
@@ -226,8 +278,8 @@ class ChunkExecutor:
     def _smooth(
         self, plan: np.ndarray, used: list[_Chunk], t_ns: int, position: np.ndarray | None
     ) -> np.ndarray:
-        if self.config.mode is ExecutorMode.HOLD:
-            return self._remember(plan, t_ns)
+        if self.config.mode in (ExecutorMode.HOLD, ExecutorMode.RTC):
+            return self._remember(plan, t_ns)  # rtc: the new chunk already continues the plan
         if tuple(c.stamp_ns for c in used) != self._used:
             start = self._last if self._last is not None else position
             if start is not None and start.shape == plan.shape:

@@ -55,6 +55,7 @@ class ChunkOutput:
         self._joint_names = list(values["joint_names"])
         self._period_ns = config.control_period_ns
         self._on_late = config.on_late
+        self.position: tuple[float, ...] | None = None  # the robot's, from its last JointState
         group = rclpy.callback_groups.MutuallyExclusiveCallbackGroup()
         self._timer = None
         if values["joint_states_topic"]:
@@ -92,6 +93,7 @@ class ChunkOutput:
     def _on_joint_state(self, msg: Any) -> None:
         stamp_ns = _ns((msg.header.stamp.sec, msg.header.stamp.nanosec))
         current = list(msg.position) or None
+        self.position = tuple(current) if current else None
         self._send(self.executor.command(stamp_ns + self._period_ns, current))
 
     def _send(self, command: ChunkCommand | None) -> None:

@@ -133,6 +133,7 @@ class LatencyMonitor:
         self.request_error_reasons: list[str] = []
         self._period = _Period(started=self.clock())
         self._last_frame_at: float | None = None
+        self._degraded = ""  # why the loop runs degraded (chunk_budget.py); "" while it is not
 
     def record(self, metric: str, ms: float) -> None:
         with self._lock:
@@ -205,6 +206,11 @@ class LatencyMonitor:
         with self._lock:
             return self._requests.rejected
 
+    def loop_degraded(self, reason: str) -> None:
+        """The loop adapted to chunks that cannot arrive in time: WARN with `reason`."""
+        with self._lock:
+            self._degraded = reason
+
     def set_budgets(self, budgets: Budgets) -> None:
         with self._lock:
             self.budgets = budgets
@@ -218,6 +224,7 @@ class LatencyMonitor:
                 self._server_status(prefix),
                 self._requests_status(prefix),
                 self._latency_status(prefix),
+                self._loop_status(prefix),
             ]
             self._period = _Period(started=now)
             return reports
@@ -275,6 +282,13 @@ class LatencyMonitor:
             msg = f"the server refuses the requests: {r.last_rejection}"
             return StatusReport(name, Level.ERROR, msg, values)
         return StatusReport(name, Level.OK, "requests accepted", values)
+
+    def _loop_status(self, prefix: str) -> StatusReport:
+        c = self.counters
+        values = (("actions_late", str(c["actions_late"])), ("reason", self._degraded))
+        if self._degraded:
+            return StatusReport(prefix + "control loop", Level.WARN, self._degraded, values)
+        return StatusReport(prefix + "control loop", Level.OK, "chunks arrive in time", values)
 
     def _latency_status(self, prefix: str) -> StatusReport:
         b, c = self.budgets, self.counters

@@ -1,9 +1,11 @@
 """The `/generate` body the bridge sends for one frame (ROS-free).
 
-Scheduling fields (`priority`, `deadline_ms`, `supersede`, `session_id`) are newer than the
-image/action API, and the server answers an unknown field with a 400 naming it. The bridge
-therefore sends them optimistically and, on such a 400, drops the named field for good
-(`FieldSupport.reject`) and resends: it works with servers before and after the scheduler.
+Scheduling fields (`priority`, `deadline_ms`, `control_period_ms`, `supersede`, `session_id`)
+are newer than the image/action API, and the server answers an unknown field with a 400 naming
+it. The bridge therefore sends them optimistically and, on such a 400, drops the named field for
+good (`FieldSupport.reject`) and resends: it works with servers before and after the scheduler.
+Real-time chunking's fields are not optional: a server or model without them is refused loudly
+(executor `rtc` needs a flow policy).
 """
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ros_bridge.chunk_executor import RtcGuidance
 from ros_bridge.frame_input import PreparedImage
 
-OPTIONAL_FIELDS = frozenset({"priority", "deadline_ms", "supersede", "session_id"})
+OPTIONAL_FIELDS = frozenset(
+    {"priority", "deadline_ms", "control_period_ms", "supersede", "session_id"}
+)
 TEXT_ONLY_MAX_NEW_TOKENS = 8
 
 
@@ -27,6 +32,9 @@ class RequestSettings:
     session: str = ""
     max_new_tokens: int = 0  # 0: the server's choice (num_actions * action_dim)
     temperature: float = 0.0
+    # The spacing of a chunk's actions: with the deadline (the chunk's last action's) it tells
+    # the server when each action is due, so it keeps a chunk whose next actions can be on time.
+    control_period_ms: float = 0.0
 
 
 @dataclass
@@ -51,8 +59,13 @@ def build_body(
     multimodal: bool,
     support: FieldSupport,
     image_token: str | None = None,
+    state: Sequence[float] | None = None,
+    guidance: RtcGuidance | None = None,
+    rtc_horizon: int = 0,
 ) -> dict[str, Any]:
     """One streaming request. Without server image support (`multimodal=False`): text only.
+    `state`: the robot's state for a policy that reads one; `guidance`: real-time chunking's
+    tail and delay (`execution_horizon` = `rtc_horizon`).
 
     The instruction comes first and the images last (one `image_token` placeholder each), so
     consecutive frames share the instruction's KV in the server's prefix cache.
@@ -72,10 +85,18 @@ def build_body(
         body["num_actions"] = settings.num_actions
         if settings.max_new_tokens:
             sampling["max_new_tokens"] = settings.max_new_tokens
+        if state is not None:
+            body["state"] = [float(v) for v in state]
+        if guidance is not None:
+            body["prev_chunk"] = guidance.prev_chunk.tolist()
+            body["inference_delay"] = guidance.inference_delay
+            body["execution_horizon"] = rtc_horizon
     else:
         sampling["max_new_tokens"] = settings.max_new_tokens or TEXT_ONLY_MAX_NEW_TOKENS
     body["sampling_params"] = sampling
     optional: dict[str, Any] = {"deadline_ms": round(max(remaining_ms, 0.0), 3)}
+    if settings.control_period_ms and multimodal:
+        optional["control_period_ms"] = round(settings.control_period_ms, 3)
     if settings.priority:
         optional["priority"] = settings.priority
     if settings.session:

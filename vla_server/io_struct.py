@@ -97,6 +97,10 @@ class TokenizedGenerateReqInput(_Msg):
     unnorm_key: str | None = None
     priority: int = 0  # resolved by the main process (the request's, else the node default)
     deadline: float | None = None  # seconds since the epoch by which the request must finish
+    # With `deadline`: the robot's control period (s). Action i of n is then due at deadline -
+    # (n - 1 - i) * action_period, and the request lives while one of its actions can be on time.
+    action_period: float = 0.0
+    tokens_per_action: int = 0  # > 0: actions stream out one per this many tokens
     supersede: bool = False  # cancel this session's older waiting request
     session_id: str | None = None  # the robot/episode identity (no prompt rewriting)
     session_params: SessionParams | None = None

@@ -78,7 +78,7 @@ def bridge_params(config: SimConfig, joint_names: list[str]) -> dict[str, Any]:
         raise ValueError(what)
     params = {**SIM_DEFAULTS, **config.params}
     if params["executor"] == "none":
-        raise ValueError("the loop needs executor hold, interpolate or ensemble")
+        raise ValueError("the loop needs executor hold, interpolate, ensemble or rtc")
     instruction = config.instruction or INSTRUCTIONS.get(config.env_id)
     return (
         params
@@ -231,4 +231,5 @@ _SETUP_PARAMS = (
     "deadline_ms",
     "on_late",
     "ensemble_coeff",
+    "rtc_execution_horizon",
 )

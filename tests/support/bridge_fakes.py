@@ -46,6 +46,9 @@ class FakeServer:
     sessions: list[str] = field(default_factory=list)  # ids opened with /open_session
     posts: list[tuple[str, str | None]] = field(default_factory=list)  # (path, session_id)
     final_chunk_at: list[float] = field(default_factory=list)  # monotonic, per stream
+    # The server ends each stream after this many actions with `finish` (a partial chunk)
+    max_actions: int | None = None
+    state_dim: int = 0  # > 0: the policy reads the robot state (mm.robot in /get_server_info)
 
     @property
     def accepted(self) -> list[dict[str, Any]]:
@@ -64,6 +67,8 @@ class FakeServer:
             info: dict[str, Any] = {"port": 1}
             if self.multimodal:
                 info["mm"] = {"preprocess_digest": DIGEST_HEX}
+                if self.state_dim:
+                    info["mm"]["robot"] = {"state_dim": self.state_dim}
             return httpx.Response(200, json=info)
         body = json.loads(request.content)
         self.posts.append((request.url.path, body.get("session_id")))
@@ -88,6 +93,8 @@ class FakeServer:
         for line in self.extra_lines:
             yield (line + "\n\n").encode()
         n_actions = body.get("num_actions", 0) if "image_data" in body else 0
+        if self.max_actions is not None:
+            n_actions = min(n_actions, self.max_actions)
         n_tokens = n_actions * self.action_dim or body["sampling_params"]["max_new_tokens"]
         await asyncio.sleep(self.first_token_delay_s)
         for i in range(n_tokens):
@@ -117,6 +124,8 @@ class RecordingSink:
     reports: list[tuple[str, str]] = field(default_factory=list)
     reject_width: int | None = None
     published_at: list[float] = field(default_factory=list)  # monotonic, per action
+    guidance: Any = None  # what rtc_guidance answers
+    guidance_asked: list[tuple[tuple[int, int], int]] = field(default_factory=list)
 
     def publish_action(self, stamp: tuple[int, int], index: int, action: Any) -> None:
         if self.reject_width is not None and len(action) != self.reject_width:
@@ -129,3 +138,7 @@ class RecordingSink:
 
     def report(self, level: str, message: str) -> None:
         self.reports.append((level, message))
+
+    def rtc_guidance(self, stamp: tuple[int, int], horizon: int) -> Any:
+        self.guidance_asked.append((stamp, horizon))
+        return self.guidance

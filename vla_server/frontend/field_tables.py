@@ -121,8 +121,8 @@ SAMPLING_PARAMS = _table(
 GENERATE = _table(
     "text input_ids input_embeds image_data mm_hashes sampling_params rid return_logprob "
     "logprob_start_len top_logprobs_num return_text_in_logprobs stream priority session_params "
-    "session_id unnorm_key num_actions deadline_ms capture_time supersede relaxed_decoding state "
-    "prev_chunk inference_delay execution_horizon rtc",
+    "session_id unnorm_key num_actions deadline_ms control_period_ms capture_time supersede "
+    "relaxed_decoding state prev_chunk inference_delay execution_horizon rtc",
     "model log_metrics no_logs custom_labels conversation_id routing_key received_time "
     "external_trace_header http_worker_ipc data_parallel_rank routed_dp_rank "
     "disagg_prefill_dp_rank kv_router_hint modalities",

@@ -17,6 +17,7 @@ each prompt: n items, and the reply is a list, as SGLang's.
 from __future__ import annotations
 
 import dataclasses
+import math
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,6 +64,9 @@ class GenerateItem:
     num_actions: int | None = None  # None: a plain request, no actions
     priority: int | None = None
     deadline_ms: float | None = None  # relative to capture_time, or to the receive time
+    # The robot's control period: the actions are due one period apart, the last at the
+    # deadline, and the node keeps a request while one of them can still be on time.
+    control_period_ms: float | None = None
     capture_time: float | None = None  # seconds since the epoch (the camera frame's stamp)
     supersede: bool = False  # a newer request of the session cancels its older waiting one
     session_id: str | None = None
@@ -80,6 +84,9 @@ class GenerateItem:
             raise RequestError("must be >= 1", "num_actions")
         if self.deadline_ms is not None and not self.deadline_ms > 0:
             raise RequestError("must be > 0", "deadline_ms")
+        period = self.control_period_ms
+        if period is not None and not (math.isfinite(period) and period > 0):
+            raise RequestError("must be a finite number > 0", "control_period_ms")
         if self.session_params is None:
             if self.supersede and self.session_id is None:
                 raise RequestError("supersede needs session_id or session_params", "supersede")
@@ -151,6 +158,7 @@ class GenerateReqInput(msgspec.Struct, forbid_unknown_fields=True, omit_defaults
     num_actions: int | None = None
     priority: int | None = None
     deadline_ms: float | None = None
+    control_period_ms: float | None = None
     capture_time: float | None = None
     supersede: bool = False
     session_id: str | None = None

@@ -345,6 +345,8 @@ class TokenizerManager:
             unnorm_key=item.unnorm_key,
             priority=item.priority,
             deadline=deadline,
+            action_period=(item.control_period_ms or 0.0) / 1000,
+            tokens_per_action=plan.tokens_per_action,
             supersede=item.supersede,
             session_id=item.session_id,
             session_params=item.session_params,

@@ -119,6 +119,8 @@ class PromptPlan:
     position_shift: int = 0
     state: np.ndarray | None = None
     state_position: int | None = None
+    # Actions stream out one per this many generated tokens; 0: the chunk comes whole at the end.
+    tokens_per_action: int = 0
 
 
 class PromptEncoder(Protocol):

@@ -2,6 +2,14 @@
 
 A frame that can no longer make its control deadline is worth nothing, so a request that cannot
 finish in time is ended early (finish reason `deadline`) and its KV freed for requests that can.
+
+A robot's actions are due one control period apart, the chunk's last at the request's deadline.
+A request that names its period (`control_period_ms`) and streams its actions (one per
+`tokens_per_action` tokens) lives while one of its actions can still be on time: the next one
+or the last (the lateness of the actions in between changes linearly, so one of those two is
+the earliest). A partial chunk is still a chunk: a robot on slow compute executes the actions
+that come in time rather than none. A chunk that comes whole at the end is on time while its
+last action is.
 """
 
 from __future__ import annotations
@@ -51,9 +59,24 @@ class StepTimer:
         if now > req.deadline:
             return finish_deadline(now - req.deadline, predicted=False)
         eta = now + self.time_left_s(req)
-        if eta > req.deadline:
+        if eta > req.deadline and not self._next_action_on_time(req, now):
             return finish_deadline(eta - req.deadline, predicted=True)
         return None
+
+    def _next_action_on_time(self, req: Req, now: float) -> bool:
+        """Whether the next action still to stream can make its own due time."""
+        wire, per = req.wire, req.wire.tokens_per_action
+        if not (wire.action_period > 0 and per > 0 and req.num_actions > 0):
+            return False
+        produced = len(req.output_ids) + req.pending_tokens
+        index = produced // per  # the next action's
+        if index >= req.num_actions:
+            return False
+        assert req.deadline is not None
+        due = req.deadline - (req.num_actions - 1 - index) * wire.action_period
+        prefill = max(req.num_new_tokens - 1, 0) * self.prefill_token_s
+        eta = now + prefill + ((index + 1) * per - produced) * self.decode_step_s
+        return eta <= due
 
 
 def _ema(prev: float, x: float) -> float:

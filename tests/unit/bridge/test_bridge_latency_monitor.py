@@ -61,6 +61,7 @@ def test_no_frames_is_stale_then_ok() -> None:
         "inference server": Level.OK,
         "requests": Level.OK,
         "latency": Level.OK,
+        "control loop": Level.OK,
     }
     clock.t += 3.0  # longer than stale_after_s without a frame
     assert levels(monitor)["camera input"] is Level.STALE
@@ -119,6 +120,7 @@ def test_prefix_names_statuses_like_diagnostic_updater() -> None:
         "vla_bridge: inference server",
         "vla_bridge: requests",
         "vla_bridge: latency",
+        "vla_bridge: control loop",
     ]
 
 

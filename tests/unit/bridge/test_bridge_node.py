@@ -206,7 +206,7 @@ def test_undecodable_compressed_frame_is_dropped(rig) -> None:
 
 def test_a_new_session_is_opened_before_its_first_request(rig) -> None:
     server = FakeServer(action_dim=3)
-    server.known_fields |= {"session_id", "supersede", "deadline_ms"}
+    server.known_fields |= {"session_id", "supersede", "deadline_ms", "control_period_ms"}
     r = rig(server, num_actions=1, session="episode-1")
     for sec in (1, 2):
         r.publish(image(sec))

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from ros_bridge.bridge_worker import BridgeWorker, FrameJob, WorkerConfig
 from ros_bridge.camera_frame import raw_frame
+from ros_bridge.chunk_executor import RtcGuidance
 from ros_bridge.frame_input import prepare_image
 from ros_bridge.late_policy import LateCommand, OnLate
 from ros_bridge.latency_monitor import LatencyMonitor, Level
@@ -28,6 +30,9 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
 def job(stamp_sec: int, value: int = 0) -> FrameJob:
     pixels = np.full((4, 4, 3), value, np.uint8)
     return FrameJob((stamp_sec, 0), (prepare_image(raw_frame("/c", 1, pixels, "rgb8"), None),))
+
+
+IMAGE = job(0).images[0]
 
 
 @pytest.fixture
@@ -310,3 +315,37 @@ def test_stop_ends_the_loop_while_the_server_is_still_being_probed(make_worker) 
     wait_for(lambda: not worker.monitor.server_is_up)
     worker.stop(timeout_s=60)
     assert worker._main is not None and worker._main.done() and worker._main.exception() is None
+
+
+def test_partial_chunks_shorten_num_actions_once_with_a_warning(make_worker) -> None:
+    # the server ends each frame at its deadline after 2 of the 4 actions asked for
+    server = FakeServer(token_delay_s=0.0, max_actions=2, finish={"type": "deadline"})
+    server.known_fields |= {"deadline_ms", "control_period_ms"}
+    worker, sink = make_worker(server, deadline_ms=30_000.0)
+    worker.set_config(replace(worker.config, request=replace(worker.config.request, num_actions=4)))
+    for sec in (1, 2, 3):
+        worker.submit(job(sec))
+        assert worker.wait_idle(10)
+    assert [body["num_actions"] for body in server.accepted] == [4, 2, 2]
+    warnings = [m for level, m in sink.reports if "cannot arrive in time" in m]
+    assert len(warnings) == 1 and "num_actions 4 -> 2" in warnings[0]
+    loop = {r.name: r for r in worker.monitor.statuses()}["control loop"]
+    assert loop.level is Level.WARN and "4 -> 2" in loop.message
+
+
+def test_rtc_sends_the_executors_tail_and_delay_and_the_robot_state(make_worker) -> None:
+    server = FakeServer(token_delay_s=0.0, state_dim=2)
+    server.known_fields |= {"deadline_ms", "control_period_ms", "state"}
+    server.known_fields |= {"prev_chunk", "inference_delay", "execution_horizon"}
+    worker, sink = make_worker(server, deadline_ms=30_000.0, rtc_horizon=8)
+    worker.submit(FrameJob((1, 0), (IMAGE,), state=(0.5, -0.5)))
+    assert worker.wait_idle(10)
+    assert "prev_chunk" not in server.accepted[0]  # no plan yet to continue
+    sink.guidance = RtcGuidance(np.array([[1.0, 2.0, 3.0]] * 4), inference_delay=3)
+    worker.submit(FrameJob((2, 0), (IMAGE,), state=(0.25, 0.0)))
+    assert worker.wait_idle(10)
+    body = server.accepted[1]
+    assert body["prev_chunk"] == [[1.0, 2.0, 3.0]] * 4
+    assert (body["inference_delay"], body["execution_horizon"]) == (3, 8)
+    assert [b["state"] for b in server.accepted] == [[0.5, -0.5], [0.25, 0.0]]
+    assert sink.guidance_asked == [((1, 0), 8), ((2, 0), 8)]

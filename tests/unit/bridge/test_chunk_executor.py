@@ -184,3 +184,43 @@ def test_actions_must_match_the_joints() -> None:
         ex.add_action(S0, 0, [1.0, 2.0], 0)
     with pytest.raises(ValueError, match="hold, interpolate or ensemble"):
         ExecutorConfig(ExecutorMode.NONE, ACTION, CONTROL)
+
+
+def test_rtc_guidance_is_the_plans_tail_after_the_frame_and_the_measured_delay() -> None:
+    ex = make("rtc")
+    assert ex.rtc_guidance(S0, horizon=10) is None  # nothing to continue yet
+    rows = [[float(i), -float(i)] for i in range(10)]
+    # the chunk's first action reached the executor 250 ms after its frame: 3 periods
+    feed(ex, S0, rows, received=S0 + 250 * MS)
+    guidance = ex.rtc_guidance(S0 + 400 * MS, horizon=10)
+    assert guidance is not None and guidance.inference_delay == 3
+    # the new frame's action 0 is due at S0+500 ms, the old chunk's action 4
+    np.testing.assert_array_equal(guidance.prev_chunk, np.array(rows[4:]))
+    assert ex.rtc_guidance(S0 + 400 * MS, horizon=2).inference_delay == 2  # type: ignore[union-attr]
+    short = ex.rtc_guidance(S0 + 800 * MS, horizon=10)  # 2 actions left: the delay fits them
+    assert short is not None and len(short.prev_chunk) == 2 and short.inference_delay == 2
+    assert ex.rtc_guidance(S0 + 1000 * MS, horizon=10) is None  # the plan has run out
+
+
+@pytest.mark.parametrize(("mode", "blends"), [("rtc", False), ("interpolate", True)])
+def test_rtc_switches_to_the_new_chunk_at_its_offset_without_blending(
+    mode: str, blends: bool
+) -> None:
+    ex = make(mode)
+    feed(ex, S0, [[0.0]] * 10)
+    values_at(ex, S0 + 300 * MS)
+    feed(ex, S0 + 200 * MS, [[10.0], [11.0], [12.0], [13.0]], received=S0 + 350 * MS)
+    # at S0+360 ms the new chunk is 0.6 of the way from its action 0 (S0+300) to 1 (S0+400)
+    value = values_at(ex, S0 + 360 * MS)[0]
+    assert (value != pytest.approx(10.6)) if blends else value == pytest.approx(10.6)
+    assert ex.counters.blends == int(blends)  # interpolate blends at the switch
+
+
+def test_consecutive_chunks_disagreement_over_their_overlap() -> None:
+    ex = make("ensemble")
+    feed(ex, S0, [[float(i), 0.0] for i in range(5)])
+    assert ex.counters.overlap_mean_abs is None  # one chunk: no overlap yet
+    # two periods later: its actions 0..2 are for the first chunk's times 2..4
+    feed(ex, S0 + 200 * MS, [[2.5, 1.0], [3.5, 1.0], [4.5, 1.0], [9.0, 9.0]])
+    assert ex.counters.overlap_values == 6
+    assert ex.counters.overlap_mean_abs == pytest.approx((3 * 0.5 + 3 * 1.0) / 6)

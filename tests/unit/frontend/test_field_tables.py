@@ -46,7 +46,9 @@ min_dynamic_patch image_max_dynamic_patch video_max_dynamic_patch images_config
 multi_item_delimiter_indices cache_salt"""
 )
 ROUTER_GENERATE_EXTRA = ["model"]
-NODE_GENERATE = _names("unnorm_key num_actions deadline_ms capture_time supersede")
+NODE_GENERATE = _names(
+    "unnorm_key num_actions deadline_ms control_period_ms capture_time supersede"
+)
 
 SGLANG_SAMPLING = _names(
     """max_new_tokens stop stop_token_ids stop_regex temperature top_p top_k min_p

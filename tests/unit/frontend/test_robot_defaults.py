@@ -76,3 +76,10 @@ def test_the_item_is_not_changed_in_place():
         it.num_actions = 2  # type: ignore[misc]
     filled = SessionRegistry(NODE).apply(it, robot=True)
     assert it.num_actions is None and filled.num_actions == 4
+
+
+@pytest.mark.parametrize("bad", [0.0, -20.0, float("nan"), float("inf")])
+def test_a_control_period_must_be_a_finite_positive_number(bad: float) -> None:
+    with pytest.raises(RequestError) as e:
+        item(images=["frame"], deadline_ms=50.0, control_period_ms=bad)
+    assert e.value.field == "control_period_ms"

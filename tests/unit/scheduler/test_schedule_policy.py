@@ -182,3 +182,39 @@ def test_step_timer_estimates_and_deadline_checks():
     assert isinstance(soon, FinishDeadline) and "cannot finish" in soon.message
     late = timer.check(r, now=100.5)
     assert isinstance(late, FinishDeadline) and "missed" in late.message
+
+
+def streamed_actions_req(out: int, deadline: float, period: float) -> Req:
+    """5 actions of 4 tokens each, the prompt already in the KV."""
+    wire = TokenizedGenerateReqInput(
+        rid="robot",
+        input_ids=[1, 2, 3],
+        sampling_params=SamplingParams(max_new_tokens=20),
+        num_actions=5,
+        deadline=deadline,
+        action_period=period,
+        tokens_per_action=4,
+    )
+    r = Req.from_wire(wire)
+    r.output_ids = [7] * out
+    r.kv_len = 3 + out - 1 if out else 2
+    return r
+
+
+def test_a_request_whose_next_action_can_be_on_time_lives_on():
+    timer = StepTimer()
+    timer.observe(1, True, 0.1)  # 0.1 s a token: 0.4 s an action
+    # 2 actions out; the whole chunk needs 12 more tokens (1.2 s) but ends due at 1.0 s
+    r = streamed_actions_req(out=8, deadline=1.0, period=0.05)
+    assert timer.time_left_s(r) == pytest.approx(1.2)
+    # the next (third) action is due at 1.0 - 2 * 0.05 = 0.9 s and comes 0.4 s from now
+    assert timer.check(r, now=0.5) is None
+    ended = timer.check(r, now=0.5 + 1e-3)
+    assert isinstance(ended, FinishDeadline) and "cannot finish" in ended.message
+    # without a period (or for a chunk that comes whole) the whole chunk decides, as before
+    whole = streamed_actions_req(out=8, deadline=1.0, period=0.0)
+    assert isinstance(timer.check(whole, now=0.0), FinishDeadline)
+    assert timer.check(whole, now=-0.21) is None
+    # past the last due time nothing can be on time
+    late = timer.check(r, now=1.01)
+    assert isinstance(late, FinishDeadline) and "missed" in late.message

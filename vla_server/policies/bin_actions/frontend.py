@@ -57,7 +57,7 @@ class BinActionsFrontend:
                 f"length {context_len})",
                 "num_actions",
             )
-        return PromptPlan(max_new_tokens=ask.num_actions * dim)
+        return PromptPlan(max_new_tokens=ask.num_actions * dim, tokens_per_action=dim)
 
     async def query_prompt(self, query: ActionQuery, encoder: PromptEncoder) -> QueryPrompt:
         raise NotImplementedError
