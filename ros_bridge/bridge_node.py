@@ -157,9 +157,9 @@ class VlaBridgeNode(rclpy.node.Node):
 
     def publish_late(self, command: LateCommand) -> None:
         if self.chunk_output is not None:
-            # The plan's actions still due stay valid: the executor sends the on_late command
-            # once none covers the period; only `stop` ends the plan at once.
-            if command.policy is OnLate.STOP:
+            # A late frame leaves the plan's actions that are still due: the executor sends the
+            # on_late command once none covers the period. A failed server, or `stop`, ends it.
+            if command.failed or command.policy is OnLate.STOP:
                 self.chunk_output.expire()
             return
         stamp = command.stamp or self.get_clock().now().seconds_nanoseconds()

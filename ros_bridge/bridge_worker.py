@@ -206,10 +206,10 @@ class BridgeWorker:
         if self.config.on_late is OnLate.STOP and self._gate.in_flight is ticket and self._task:
             self._task.cancel()
 
-    def _apply_on_late(self, stamp: tuple[int, int] | None) -> None:
+    def _apply_on_late(self, stamp: tuple[int, int] | None, failed: bool = False) -> None:
         """Sends the on_late command in place of the action for the frame stamped `stamp`."""
         width = self.config.action_width or self._server.action_dim
-        command = late_command(self.config.on_late, self._last_action, width, stamp)
+        command = late_command(self.config.on_late, self._last_action, width, stamp, failed)
         if command is None:
             return
         try:
@@ -291,7 +291,7 @@ class BridgeWorker:
         self._outage = True
         if self.monitor.server_down(reason):
             self._sink.report("error", f"server unavailable: {reason}; applying on_late")
-            self._apply_on_late(stamp)
+            self._apply_on_late(stamp, failed=True)
 
     def _request_rejected(self, reason: str, stamp: tuple[int, int]) -> None:
         self.monitor.count("frames_failed")
@@ -299,7 +299,7 @@ class BridgeWorker:
         message = f"the server refuses the request: {reason}"
         if self.monitor.request_rejected(reason):
             self._sink.report("error", f"{message}; applying on_late")
-            self._apply_on_late(stamp)
+            self._apply_on_late(stamp, failed=True)
         else:
             self._sink.report("error", message)
 

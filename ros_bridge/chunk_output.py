@@ -5,9 +5,9 @@ control period comes out, either on a timer at `control_rate_hz` (the command fo
 period) or, with `joint_states_topic` set, in lockstep with the robot: each JointState message is
 answered with the command for its stamp + one period, and its positions are what `hold` keeps
 before the first chunk. The ticks run in a callback group of their own, so a camera callback
-never delays a command. `on_late` no longer publishes by itself: a late frame or a failed
-request leaves the plan's actions that are still due in place, and the executor sends the
-on_late command every period that no chunk covers (with `stop`, the plan is dropped at once).
+never delays a command. `on_late` no longer publishes by itself: a late frame leaves the plan's
+actions that are still due in place, and the executor sends the on_late command every period
+that no chunk covers; a failed or refused request (or `stop`) drops the plan at once.
 """
 
 from __future__ import annotations

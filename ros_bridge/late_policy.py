@@ -27,6 +27,9 @@ class LateCommand:
     policy: OnLate
     values: tuple[float, ...] | None  # None: stop commanding
     stamp: tuple[int, int] | None = None  # (sec, nanosec) of the frame it replaces
+    # The server failed or refused the request (not merely late): a chunk executor drops its
+    # plan, which the server can no longer follow up; a late frame leaves it (still due).
+    failed: bool = False
 
 
 def parse_on_late(text: str) -> OnLate:
@@ -42,6 +45,7 @@ def late_command(
     last_action: tuple[float, ...] | None,
     dim: int | None,
     stamp: tuple[int, int] | None = None,
+    failed: bool = False,
 ) -> LateCommand | None:
     """The command for `policy`, or None when there is nothing sensible to send.
 
@@ -49,8 +53,8 @@ def late_command(
     else the width of the last action).
     """
     if policy is OnLate.HOLD:
-        return None if last_action is None else LateCommand(policy, last_action, stamp)
+        return None if last_action is None else LateCommand(policy, last_action, stamp, failed)
     if policy is OnLate.ZERO:
         width = dim if dim else (len(last_action) if last_action else None)
-        return None if width is None else LateCommand(policy, (0.0,) * width, stamp)
-    return LateCommand(policy, None, stamp)
+        return None if width is None else LateCommand(policy, (0.0,) * width, stamp, failed)
+    return LateCommand(policy, None, stamp, failed)

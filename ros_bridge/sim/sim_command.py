@@ -23,6 +23,8 @@ SUMMARY_KEYS = (
     "holds",
     "deadline_misses",
     "max_joint_jump",
+    "switch_jump_max",
+    "chunk_overlap_mean_abs",
 )
 
 

@@ -3,7 +3,10 @@
 Counts from the robot's side: every step is either `actions_applied` (an action from a chunk) or
 one of `holds` (no fresh action: `late_commands`, the executor's on_late command; `stop_commands`;
 `command_timeouts`, no command at all), so `steps == actions_applied + holds`.
-`max_joint_jump` is the largest change of any joint target from one step to the next.
+`max_joint_jump` is the largest change of any joint target from one step to the next;
+`switch_jump_max` / `switch_jump_mean` the same at the steps where the newest chunk in use
+changes (a chunk switch); `chunk_overlap_mean_abs` how much consecutive chunks disagree, the
+mean |new - previous| over the actions both have for the same time (the executor's count).
 """
 
 from __future__ import annotations
@@ -68,6 +71,8 @@ def build_report(run: SimRun) -> dict[str, Any]:
         "frame_to_action": run.percentiles["frame_to_action"],
         "ttft": run.percentiles["ttft"],
         **_jumps(run.log),
+        **_switch_jumps(run.log),
+        "chunk_overlap_mean_abs": _round(run.executor_counters.overlap_mean_abs),
         "bridge_counters": run.monitor_counters,
         "executor_counters": asdict(run.executor_counters),
         "chunks": _chunk_series(run, t0),
@@ -94,6 +99,24 @@ def _jumps(log: SimLog) -> dict[str, Any]:
         "max_joint_jump_joint": log.joint_names[joint],
         "max_joint_jump_t_s": round(t_s, 3),
     }
+
+
+def _switch_jumps(log: SimLog) -> dict[str, Any]:
+    """The joint steps at chunk switches: consecutive chunk commands from different chunks."""
+    jumps = [
+        float(np.abs(s.target - prev.target).max())
+        for prev, s in zip(log.steps, log.steps[1:], strict=False)
+        if Kind.CHUNK == prev.kind == s.kind and prev.source_ns != s.source_ns
+    ]
+    return {
+        "switches": len(jumps),
+        "switch_jump_max": _round(max(jumps, default=None)),
+        "switch_jump_mean": _round(float(np.mean(jumps)) if jumps else None),
+    }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
 
 
 def _chunk_series(run: SimRun, t0: int) -> list[dict[str, float]]:

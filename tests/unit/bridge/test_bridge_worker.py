@@ -178,7 +178,7 @@ def test_server_down_applies_on_late_once_then_recovers(make_worker) -> None:
     worker.submit(job(2))
     wait_for(lambda: not worker.monitor.server_is_up)
     time.sleep(0.2)  # several backoff rounds while down
-    assert sink.late == [LateCommand(OnLate.ZERO, (0.0, 0.0, 0.0), (2, 0))]
+    assert sink.late == [LateCommand(OnLate.ZERO, (0.0, 0.0, 0.0), (2, 0), failed=True)]
     levels = {r.name: r.level for r in worker.monitor.statuses()}
     assert levels["inference server"] is Level.ERROR
     server.up = True
@@ -202,7 +202,7 @@ def test_5xx_while_health_answers_is_one_outage_backed_off_until_a_request_works
         # One growing delay per failed request: the backoff is not reset between frames.
         wait_for(lambda n=n: len(server.bodies) == n and backoff.attempts == n)
     # once for the outage, stamped with the first frame that got no action
-    assert sink.late == [LateCommand(OnLate.ZERO, (0.0, 0.0, 0.0), (1, 0))]
+    assert sink.late == [LateCommand(OnLate.ZERO, (0.0, 0.0, 0.0), (1, 0), failed=True)]
     assert worker.monitor.counters["reconnects"] == 0
     assert worker.monitor.counters["frames_failed"] == 4
     assert [level for level, _ in sink.reports] == ["error"]  # no "back" between frames
@@ -250,7 +250,7 @@ def test_rejected_request_is_an_error_until_one_succeeds(make_worker) -> None:
     wait_for(lambda: worker.monitor.counters["request_errors"] == 1)
     # The request was wrong, not the server: no outage, the reason where an operator looks.
     assert worker.monitor.server_is_up and worker.monitor.requests_rejected
-    assert sink.late == [LateCommand(OnLate.STOP, None, (1, 0))]
+    assert sink.late == [LateCommand(OnLate.STOP, None, (1, 0), failed=True)]
     assert sink.reports == [
         ("error", "the server refuses the request: HTTP 0: bad key; applying on_late")
     ]
@@ -271,7 +271,8 @@ def test_a_4xx_is_reported_as_a_wrong_request_without_backoff(make_worker) -> No
         worker.submit(job(n))
         wait_for(lambda n=n: worker.monitor.counters["request_errors"] == n)
     assert backoff.attempts == 0 and worker.monitor.server_is_up
-    assert sink.late == [LateCommand(OnLate.STOP, None, (1, 0))]  # once, when refusals start
+    # once, when refusals start
+    assert sink.late == [LateCommand(OnLate.STOP, None, (1, 0), failed=True)]
     assert [level for level, _ in sink.reports] == ["error"] * 3
     (reason,) = worker.monitor.request_error_reasons  # the same reason, kept once
     assert reason.startswith("HTTP 400")

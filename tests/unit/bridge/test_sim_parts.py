@@ -83,6 +83,9 @@ def test_report_counts_add_up_and_the_jump_is_the_largest_target_step() -> None:
     assert r["control_rate_hz"] == pytest.approx(50.0)
     assert r["step_lateness_ms"] == {"p50": 0.0, "p99": pytest.approx(6.72), "max": 7.0}
     assert r["max_joint_jump"] == pytest.approx(0.3) and r["max_joint_jump_joint"] == "b"
+    # steps 1 -> 2 switch chunks (both chunk commands, different sources); 3 -> 4 follows a hold
+    assert (r["switches"], r["switch_jump_max"]) == (1, pytest.approx(0.3))
+    assert r["chunk_overlap_mean_abs"] is None  # one chunk: nothing overlapped
     assert r["timeline"]["kind"] == "lcclc" and r["timeline"]["joint"] == "b"
     assert r["chunks"] == [{"stamp_s": 0.0, "frame_to_action_ms": 12.0}]
     assert r["first_action_s"] == pytest.approx(0.02) and r["holds_after_first_action"] == 1
