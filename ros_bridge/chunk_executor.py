@@ -92,6 +92,8 @@ class ExecutorCounters:
     chunks: int = 0  # chunks started (a first action arrived)
     actions_received: int = 0
     actions_refused: int = 0  # for a dropped chunk, out of order, or an older frame
+    actions_late: int = 0  # arrived after their own time: never commanded
+    rtc_guided: int = 0  # requests that carried the plan's tail (rtc_guidance answered)
     expiries: int = 0  # expire() calls that dropped a plan
     chunk_commands: int = 0
     late_commands: int = 0
@@ -100,10 +102,18 @@ class ExecutorCounters:
     # for the same time (their overlap), and how many values that was.
     overlap_abs_sum: float = 0.0
     overlap_values: int = 0
+    # At each switch (a newer chunk takes over), how far its plan for that instant is from the
+    # previous chunk's: the jump the executor has to smooth, or the robot takes.
+    switch_gap_sum: float = 0.0  # of the mean |new - previous| over the joints
+    switch_gaps: int = 0
 
     @property
     def overlap_mean_abs(self) -> float | None:
         return self.overlap_abs_sum / self.overlap_values if self.overlap_values else None
+
+    @property
+    def switch_gap_mean(self) -> float | None:
+        return self.switch_gap_sum / self.switch_gaps if self.switch_gaps else None
 
 
 @dataclass
@@ -174,6 +184,8 @@ class ChunkExecutor:
                 return False
             chunk.points.append(values)
             self.counters.actions_received += 1
+            if received_ns > chunk.end_ns(self.config.action_period_ns):
+                self.counters.actions_late += 1
             self._compare_with_previous(chunk)
             return True
 
@@ -192,6 +204,7 @@ class ChunkExecutor:
                 return None
             delay = -(-(arrival.received_ns - arrival.stamp_ns) // period)
             delay = min(max(delay, 0), horizon, len(tail))
+            self.counters.rtc_guided += 1
             return RtcGuidance(np.stack(tail), int(delay))
 
     def reconfigure(self, config: ExecutorConfig) -> None:
@@ -221,6 +234,7 @@ class ChunkExecutor:
             if not used:
                 command = self._late(target_ns, position)
             else:
+                self._measure_switch(used[-1], target_ns)
                 values = self._smooth(self._plan(used, target_ns), used, target_ns, position)
                 command = ChunkCommand(target_ns, _tuple(values), used[-1].stamp_ns)
                 self.counters.chunk_commands += 1
@@ -245,6 +259,17 @@ class ChunkExecutor:
         self.counters.chunks += 1
         self.arrivals.append(ChunkArrival(stamp_ns, received_ns))
         return self._chunks[-1]
+
+    def _measure_switch(self, newest: _Chunk, t_ns: int) -> None:
+        if not self._used or newest.stamp_ns == self._used[-1]:
+            return
+        period = self.config.action_period_ns
+        previous = next((c for c in self._chunks if c.stamp_ns == self._used[-1]), None)
+        if previous is None or not previous.covers(t_ns, period):
+            return
+        gap = np.abs(newest.interpolated(t_ns, period) - previous.interpolated(t_ns, period))
+        self.counters.switch_gap_sum += float(gap.mean())
+        self.counters.switch_gaps += 1
 
     def _compare_with_previous(self, chunk: _Chunk) -> None:
         """Adds the newest action's disagreement with the previous chunk at the same time."""

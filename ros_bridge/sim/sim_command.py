@@ -24,7 +24,10 @@ SUMMARY_KEYS = (
     "deadline_misses",
     "max_joint_jump",
     "switch_jump_max",
+    "switch_jump_mean",
+    "step_mean",
     "chunk_overlap_mean_abs",
+    "switch_gap_mean",
 )
 
 

@@ -5,8 +5,10 @@ one of `holds` (no fresh action: `late_commands`, the executor's on_late command
 `command_timeouts`, no command at all), so `steps == actions_applied + holds`.
 `max_joint_jump` is the largest change of any joint target from one step to the next;
 `switch_jump_max` / `switch_jump_mean` the same at the steps where the newest chunk in use
-changes (a chunk switch); `chunk_overlap_mean_abs` how much consecutive chunks disagree, the
-mean |new - previous| over the actions both have for the same time (the executor's count).
+changes (a chunk switch), `step_mean` at the other chunk steps (for scale: a policy whose
+chunks are noisy steps that much within a chunk); `chunk_overlap_mean_abs` how much consecutive
+chunks disagree, the mean |new - previous| over the actions both have for the same time, and
+`switch_gap_mean` the same at the instant of each switch (the executor's counts).
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ def build_report(run: SimRun) -> dict[str, Any]:
         **_jumps(run.log),
         **_switch_jumps(run.log),
         "chunk_overlap_mean_abs": _round(run.executor_counters.overlap_mean_abs),
+        "switch_gap_mean": _round(run.executor_counters.switch_gap_mean),
         "bridge_counters": run.monitor_counters,
         "executor_counters": asdict(run.executor_counters),
         "chunks": _chunk_series(run, t0),
@@ -103,15 +106,17 @@ def _jumps(log: SimLog) -> dict[str, Any]:
 
 def _switch_jumps(log: SimLog) -> dict[str, Any]:
     """The joint steps at chunk switches: consecutive chunk commands from different chunks."""
-    jumps = [
-        float(np.abs(s.target - prev.target).max())
-        for prev, s in zip(log.steps, log.steps[1:], strict=False)
-        if Kind.CHUNK == prev.kind == s.kind and prev.source_ns != s.source_ns
-    ]
+    jumps: list[float] = []
+    steps: list[float] = []
+    for prev, s in zip(log.steps, log.steps[1:], strict=False):
+        if Kind.CHUNK == prev.kind == s.kind:
+            step = float(np.abs(s.target - prev.target).max())
+            (jumps if prev.source_ns != s.source_ns else steps).append(step)
     return {
         "switches": len(jumps),
         "switch_jump_max": _round(max(jumps, default=None)),
         "switch_jump_mean": _round(float(np.mean(jumps)) if jumps else None),
+        "step_mean": _round(float(np.mean(steps)) if steps else None),
     }
 
 

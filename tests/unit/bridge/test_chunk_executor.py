@@ -224,3 +224,22 @@ def test_consecutive_chunks_disagreement_over_their_overlap() -> None:
     feed(ex, S0 + 200 * MS, [[2.5, 1.0], [3.5, 1.0], [4.5, 1.0], [9.0, 9.0]])
     assert ex.counters.overlap_values == 6
     assert ex.counters.overlap_mean_abs == pytest.approx((3 * 0.5 + 3 * 1.0) / 6)
+
+
+def test_a_switch_measures_the_gap_between_the_new_and_the_previous_plan() -> None:
+    ex = make("hold")
+    feed(ex, S0, [[0.0, 0.0]] * 10)
+    values_at(ex, S0 + 250 * MS)
+    assert ex.counters.switch_gap_mean is None
+    feed(ex, S0 + 200 * MS, [[1.0, 3.0]] * 5)
+    values_at(ex, S0 + 350 * MS)  # the new chunk takes over: its plan 2 away on average
+    values_at(ex, S0 + 400 * MS)  # no new switch
+    assert (ex.counters.switch_gaps, ex.counters.switch_gap_mean) == (1, pytest.approx(2.0))
+
+
+def test_an_action_that_arrives_after_its_time_is_counted_and_never_commanded() -> None:
+    ex = make("interpolate")
+    # action 0 is for S0+100 ms and arrives at S0+50; action 1 (S0+200) arrives at S0+260
+    assert ex.add_action(S0, 0, [1.0], S0 + 50 * MS)
+    assert ex.add_action(S0, 1, [2.0], S0 + 260 * MS)
+    assert ex.counters.actions_late == 1

@@ -61,6 +61,7 @@ from transformers import (
 )
 
 from vla_server.model.checkpoint_cache import cached_folder
+from vla_server.policies.demo_robots import ALOHA_DIM, ALOHA_Q01, ALOHA_Q99
 from vla_server.policies.llava.demo_tokenizer import (
     IMAGE,
     MODEL_MAX_LENGTH,
@@ -94,21 +95,11 @@ NORM_STATS = {
     },
 }
 
-# gym-aloha's bimanual action: per arm 6 joint positions (rad) + the gripper normalised to
-# [0, 1] (0 closed, 1 open); the same statistics for both arms. The ranges stay inside the
-# ViperX joint limits, around the simulator's start pose, so that any output of the (random)
-# demo model is a valid, reachable joint target.
-_ALOHA_ARM_Q01 = [-0.5, -1.2, 0.6, -0.5, -0.8, -0.5, 0.0]
-_ALOHA_ARM_Q99 = [0.5, -0.2, 1.4, 0.5, 0.4, 0.5, 1.0]
-ALOHA_ACTION_DIM = 14
+# gym-aloha's joint ranges (demo_robots.py): any output of the random model, un-normalised
+# between q01 and q99, is a valid, reachable joint target.
+ALOHA_ACTION_DIM = ALOHA_DIM
 ALOHA_NORM_STATS = {
-    "aloha": {
-        "action": {
-            "q01": _ALOHA_ARM_Q01 * 2,
-            "q99": _ALOHA_ARM_Q99 * 2,
-            "mask": [True] * ALOHA_ACTION_DIM,
-        }
-    }
+    "aloha": {"action": {"q01": ALOHA_Q01, "q99": ALOHA_Q99, "mask": [True] * ALOHA_DIM}}
 }
 
 

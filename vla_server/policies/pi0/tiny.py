@@ -33,15 +33,12 @@ import torch
 from vla_server.model.checkpoint_cache import cached_folder
 from vla_server.policies.pi0.flow_keys import EXPERT_LM_HEAD, EXPERT_PREFIX, HEADS
 from vla_server.policies.pi_common.tiny_paligemma import (
-    ACTION_DIM,
-    ACTION_STATS,
-    CAMERAS,
     FAST_VOCAB,
     IMAGE_SIZE,
     SKIP,
-    STATE_DIM,
-    STATE_STATS,
     TEXT_BPE,
+    TINY_ROBOT,
+    TinyRobot,
     lerobot_tensors,
     random_paligemma,
     vlm_config,
@@ -125,17 +122,19 @@ def random_flow_tensors(
     return out
 
 
-def _lerobot_config(kind: str, vlm: dict[str, Any], chunk: int) -> dict[str, Any]:
+def _lerobot_config(
+    kind: str, vlm: dict[str, Any], chunk: int, robot: TinyRobot
+) -> dict[str, Any]:
     visual = {"type": "VISUAL", "shape": [3, IMAGE_SIZE, IMAGE_SIZE]}
     mode = "MEAN_STD" if kind == "pi0" else "QUANTILES"
     return {
         "type": kind,
         "n_obs_steps": 1,
         "input_features": {
-            **{f"observation.images.{c}": visual for c in CAMERAS},
-            "observation.state": {"type": "STATE", "shape": [STATE_DIM]},
+            **{f"observation.images.{c}": visual for c in robot.cameras},
+            "observation.state": {"type": "STATE", "shape": [robot.state_dim]},
         },
-        "output_features": {"action": {"type": "ACTION", "shape": [ACTION_DIM]}},
+        "output_features": {"action": {"type": "ACTION", "shape": [robot.action_dim]}},
         "normalization_mapping": {"VISUAL": "IDENTITY", "STATE": mode, "ACTION": mode},
         "paligemma_variant": "gemma_2b",
         "action_expert_variant": "gemma_300m",
@@ -154,7 +153,7 @@ def _lerobot_config(kind: str, vlm: dict[str, Any], chunk: int) -> dict[str, Any
     }
 
 
-def _openpi_config(vlm: dict[str, Any], chunk: int) -> dict[str, Any]:
+def _openpi_config(vlm: dict[str, Any], chunk: int, robot: TinyRobot) -> dict[str, Any]:
     return {
         "action_dim": MAX_DIM,
         "action_horizon": chunk,
@@ -164,20 +163,20 @@ def _openpi_config(vlm: dict[str, Any], chunk: int) -> dict[str, Any]:
         "vlm_config": vlm,
         "dit_config": dit_config(),
         "image_resolution": [IMAGE_SIZE, IMAGE_SIZE],
-        "cameras": list(CAMERAS),
+        "cameras": list(robot.cameras),
     }
 
 
-def _write_norm_stats(out: Path) -> None:
+def _write_norm_stats(out: Path, robot: TinyRobot) -> None:
     folder = out / "assets" / ASSET_ID
     folder.mkdir(parents=True)
-    stats = {"norm_stats": {"state": STATE_STATS, "actions": ACTION_STATS}}
+    stats = {"norm_stats": {"state": robot.state_stats, "actions": robot.action_stats}}
     (folder / "norm_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
 
 
 def build_pi0(
     out: Path, kind: str, layout: str, seed: int = 0, chunk: int = CHUNK,
-    spread: float = FLOW_SPREAD,
+    spread: float = FLOW_SPREAD, robot: TinyRobot = TINY_ROBOT,
 ) -> None:  # fmt: skip
     from safetensors.torch import save_file
 
@@ -193,11 +192,11 @@ def build_pi0(
     save_file(tensors, str(out / "model.safetensors"))
     tokenizer.save_pretrained(out)
     if layout == "openpi":
-        write_json_file(out / "config.json", _openpi_config(vlm, chunk))
-        _write_norm_stats(out)
+        write_json_file(out / "config.json", _openpi_config(vlm, chunk, robot))
+        _write_norm_stats(out, robot)
     else:
-        write_json_file(out / "config.json", _lerobot_config(kind, vlm, chunk))
-        write_processors(out, "MEAN_STD" if kind == "pi0" else "QUANTILES")
+        write_json_file(out / "config.json", _lerobot_config(kind, vlm, chunk, robot))
+        write_processors(out, "MEAN_STD" if kind == "pi0" else "QUANTILES", robot)
 
 
 def pi0_model_path(

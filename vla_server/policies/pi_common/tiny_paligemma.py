@@ -10,6 +10,7 @@ Weights are drawn with a fixed seed and a wide spread, so greedy choices have cl
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,27 @@ ACTION_STATS = {
     "mean": [0.0, 0.5, 0.0],
     "std": [0.1, 0.25, 0.5],
 }
+
+
+@dataclass(frozen=True)
+class TinyRobot:
+    """The robot a tiny checkpoint is for: its cameras and the statistics of its state and
+    action (their widths follow). The default is the tiny families' own."""
+
+    cameras: tuple[str, ...] = CAMERAS
+    state_stats: dict[str, list[float]] = field(default_factory=lambda: STATE_STATS)
+    action_stats: dict[str, list[float]] = field(default_factory=lambda: ACTION_STATS)
+
+    @property
+    def state_dim(self) -> int:
+        return len(self.state_stats["mean"])
+
+    @property
+    def action_dim(self) -> int:
+        return len(self.action_stats["mean"])
+
+
+TINY_ROBOT = TinyRobot()
 
 
 def vlm_config(vocab_size: int) -> dict[str, Any]:
@@ -106,9 +128,9 @@ def lerobot_tensors(model: Any, layout: str) -> dict[str, torch.Tensor]:
     return out
 
 
-def write_processors(out: Path, mode: str = "QUANTILES") -> None:
+def write_processors(out: Path, mode: str = "QUANTILES", robot: TinyRobot = TINY_ROBOT) -> None:
     """LeRobot's pre/post processor pipelines and their statistics files, normalising the state
-    and the action by `mode` ("QUANTILES", "MEAN_STD")."""
+    and the action by `mode` ("QUANTILES", "MEAN_STD") with `robot`'s statistics."""
     from safetensors.torch import save_file
 
     def stats(feature: str, values: dict[str, list[float]]) -> dict[str, torch.Tensor]:
@@ -120,12 +142,12 @@ def write_processors(out: Path, mode: str = "QUANTILES") -> None:
     )
     norm_map = {"VISUAL": "IDENTITY", "STATE": mode, "ACTION": mode}
     features = {
-        "observation.state": {"type": "STATE", "shape": [STATE_DIM]},
-        "action": {"type": "ACTION", "shape": [ACTION_DIM]},
+        "observation.state": {"type": "STATE", "shape": [robot.state_dim]},
+        "action": {"type": "ACTION", "shape": [robot.action_dim]},
     }
-    save_file({**stats("observation.state", STATE_STATS), **stats("action", ACTION_STATS)},
-              str(out / pre))  # fmt: skip
-    save_file(stats("action", ACTION_STATS), str(out / post))
+    save_file({**stats("observation.state", robot.state_stats),
+               **stats("action", robot.action_stats)}, str(out / pre))  # fmt: skip
+    save_file(stats("action", robot.action_stats), str(out / post))
     config = {"eps": 1e-8, "features": features, "norm_map": norm_map}
     steps = [
         {"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
