@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -97,7 +98,9 @@ class VlaBridgeNode(rclpy.node.Node):
         self.worker.set_config(config)
         self.monitor.set_budgets(budgets)
         if self.chunk_output is not None and chunks is not None:
-            self.chunk_output.reconfigure(chunks)
+            # the worker keeps an adapted period unless the rate or num_actions changed
+            period_ns = round(self.worker.action_period_s * NS_PER_S)
+            self.chunk_output.reconfigure(replace(chunks, action_period_ns=period_ns))
         changes = ", ".join(f"{p.name}={p.value!r}" for p in params)
         self.get_logger().info(f"parameters set: {changes}")
         return rcl_interfaces.msg.SetParametersResult(successful=True)
@@ -173,6 +176,12 @@ class VlaBridgeNode(rclpy.node.Node):
             return None
         stamp_ns = stamp[0] * NS_PER_S + stamp[1]
         return self.chunk_output.executor.rtc_guidance(stamp_ns, horizon)
+
+    def set_action_period(self, period_s: float) -> None:
+        if self.chunk_output is not None:
+            config = self.chunk_output.executor.config
+            period_ns = round(period_s * NS_PER_S)
+            self.chunk_output.reconfigure(replace(config, action_period_ns=period_ns))
 
     def report(self, level: str, message: str) -> None:
         log = {"info": self.get_logger().info, "warn": self.get_logger().warning}

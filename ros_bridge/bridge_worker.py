@@ -8,9 +8,10 @@ request is also cancelled). Without an executor an action is published the momen
 so the actions of a frame whose `on_late` command already went out in their place are dropped
 (counted `actions_late`, the frame `frames_expired`): none is applied after its due time. With
 one (`executor_times_actions`), each action goes to the executor, which commands it only at its
-own due time. A frame's actions are due one action period apart (`control_period_ms`), the
-first at its deadline; when they cannot all arrive in time the worker asks for fewer
-(`chunk_budget.py`) and the monitor's control-loop status turns WARN with the reason. With
+own due time. A frame's actions are due one action period apart (`control_period_ms`, told to
+the server with the last one's due time as `deadline_ms`); when chunks cannot arrive in time
+the worker lengthens the period (with an executor) or asks for fewer actions (without), as
+`chunk_budget.py` says, and the monitor's control-loop status turns WARN with the reason. With
 `rtc_horizon` set (executor `rtc`), each request carries the executor's unexecuted tail and
 measured delay (real-time chunking), and the frame's robot state goes with it when the policy
 reads one. A failed server (unreachable, a 5xx, a stream cut short) is one outage:
@@ -75,6 +76,9 @@ class ActionSink(Protocol):
     def rtc_guidance(self, stamp: tuple[int, int], horizon: int) -> RtcGuidance | None:
         """The executor's tail and delay for a request on the frame stamped `stamp`."""
 
+    def set_action_period(self, period_s: float) -> None:
+        """The executor's chunks are now spaced `period_s` apart (the bridge adapted)."""
+
     def report(self, level: str, message: str) -> None: ...
 
 
@@ -116,7 +120,7 @@ class BridgeWorker:
         self._submit_lock = threading.Lock()
         self._rid_prefix = f"bridge-{uuid.uuid4().hex[:8]}"
         self._last_action: tuple[float, ...] | None = None
-        self._budget = ChunkBudget(config.request.num_actions)
+        self._budget = _budget(config)
         self._newest_stamp: tuple[int, int] | None = None  # of the newest frame offered
         self._outage = False  # server unavailable since the last successful request
         self._loop = asyncio.new_event_loop()
@@ -143,9 +147,20 @@ class BridgeWorker:
         self._loop.call_soon_threadsafe(self._offer, job, arrived_s)
 
     def set_config(self, config: WorkerConfig) -> None:
-        if config.request.num_actions != self._budget.requested:
-            self._budget = ChunkBudget(config.request.num_actions)  # set again: start afresh
+        fresh = _budget(config)
+        if (fresh.requested, fresh.period_s) != (self._budget.requested, self._budget.period_s):
+            self._budget = fresh  # set again: start afresh
         self.config = config
+
+    @property
+    def num_actions(self) -> int:
+        """The actions asked per frame now: num_actions, or fewer after adapting."""
+        return self._budget.num_actions
+
+    @property
+    def action_period_s(self) -> float:
+        """The spacing of a chunk's actions now: as configured, or longer after adapting."""
+        return self._budget.action_period_s
 
     @property
     def digest(self) -> bytes | None:
@@ -329,11 +344,16 @@ class BridgeWorker:
         images = tuple(image.with_digest(self._server.digest) for image in ticket.job.images)
         rid = f"{self._rid_prefix}-{ticket.seq}"
         while True:
-            settings = self.config.request  # one snapshot per attempt: set_config may swap it
-            settings = replace(settings, num_actions=self._budget.num_actions)
+            budget = self._budget  # one snapshot per attempt: set_config may swap it
+            settings = replace(
+                self.config.request,
+                num_actions=budget.num_actions,
+                control_period_ms=budget.action_period_s * 1000.0,
+            )
+            executor = self.config.executor_times_actions
+            due = budget.due_times(ticket.arrived_s, ticket.deadline_s, executor)
             # the server is asked to finish the whole chunk by its last action's due time
-            remaining_ms = (ticket.deadline_s - time.monotonic()) * 1000.0
-            remaining_ms += (settings.num_actions - 1) * settings.control_period_ms
+            remaining_ms = (due[-1] - time.monotonic()) * 1000.0
             body = build_body(
                 settings,
                 images,
@@ -348,7 +368,7 @@ class BridgeWorker:
             )
             try:
                 await self._open_session(client, settings.session)
-                await self._consume(client, ticket, body)
+                await self._consume(client, ticket, body, due)
                 return
             except RequestRejected as exc:
                 if self._server.support.reject(exc.field):
@@ -363,7 +383,11 @@ class BridgeWorker:
                 return
 
     async def _consume(
-        self, client: VlaStreamClient, ticket: Ticket[FrameJob], body: dict[str, Any]
+        self,
+        client: VlaStreamClient,
+        ticket: Ticket[FrameJob],
+        body: dict[str, Any],
+        due: list[float],
     ) -> None:
         timing = _StreamTiming(sent_s=time.monotonic())
         malformed_before = client.malformed_lines
@@ -381,18 +405,21 @@ class BridgeWorker:
         expired = finish.get("type") == "deadline" or ticket.missed
         self.monitor.count("frames_expired" if expired else "frames_processed")
         self._request_succeeded()
-        self._adapt(ticket, timing)
+        self._adapt(ticket, timing, due)
 
     def _guidance(self, ticket: Ticket[FrameJob]) -> RtcGuidance | None:
         horizon = self.config.rtc_horizon
         return self._sink.rtc_guidance(ticket.job.stamp, horizon) if horizon > 0 else None
 
-    def _adapt(self, ticket: Ticket[FrameJob], timing: _StreamTiming) -> None:
-        period_s = self.config.request.control_period_ms / 1000.0
-        change = self._budget.observe(timing.arrived, ticket.deadline_s, period_s)
-        if change is not None:
-            self.monitor.loop_degraded(change)
-            self._sink.report("warn", change)
+    def _adapt(self, ticket: Ticket[FrameJob], timing: _StreamTiming, due: list[float]) -> None:
+        budget, executor = self._budget, self.config.executor_times_actions
+        change = budget.observe(timing.arrived, due, ticket.arrived_s, executor)
+        if change is None:
+            return
+        if budget.adapted_period_s is not None:
+            self._sink.set_action_period(budget.adapted_period_s)
+        self.monitor.loop_degraded(change)
+        self._sink.report("warn", change)
 
     def _on_chunk(self, ticket: Ticket[FrameJob], chunk: StreamChunk, t: _StreamTiming) -> None:
         now = time.monotonic()
@@ -428,6 +455,10 @@ class BridgeWorker:
             ticket.first_action_s = published_s
             self.monitor.record("time_to_first_action", (published_s - t.sent_s) * 1000.0)
             self.monitor.record("frame_to_action", (published_s - ticket.arrived_s) * 1000.0)
+
+
+def _budget(config: WorkerConfig) -> ChunkBudget:
+    return ChunkBudget(config.request.num_actions, config.request.control_period_ms / 1000.0)
 
 
 @dataclass

@@ -1,14 +1,19 @@
-"""How many actions a frame asks for when its chunk cannot arrive in time (ROS-free).
+"""What the bridge asks for when chunks cannot arrive in time (ROS-free).
 
-A chunk's actions are due one action period apart, the first at the frame's deadline. On
-compute slower than the developer's (a 2-core CPU, a bigger model) a chunk whose actions
-stream in one by one may take longer per action than the robot's period: its first actions
-arrive in time and the rest late. The bridge then asks for only as many actions as arrived in
-time (at least one), so the server stops spending its time on actions the robot would never
-apply and the next frame is answered sooner. It says so once per change, and the change holds
-until `num_actions` is set again. A chunk that comes whole (a denoised one) is on time or late
-as a whole from its first action on: asking for fewer would not bring it sooner, so then the
-bridge only reports it (the executor still applies the actions that are not yet due).
+A chunk's actions are due one action period apart. With a chunk executor action i of a frame is
+the target for `stamp + (i + 1)·Δ`; without one they are published as they come, the first due
+at the frame's deadline. On compute slower than the developer's (a 2-core CPU, a bigger model)
+chunks can come too late to be of use, and the bridge adapts, once per change, with a WARN:
+
+- with an executor, when no action of a chunk came before its own time, the bridge lengthens
+  the action period (the robot plays the policy's motion slower) so that the chunk's last
+  action, at the pace measured, would have been on time with a quarter to spare; with no action
+  at all (the server ended the request: nothing could be on time) the period doubles;
+- without one, when a chunk's actions stream in and only its first k came in time (a model
+  slower per action than the period), it asks for k actions per frame (at least one): the
+  server stops spending its time on actions the robot would never apply.
+
+The change holds until `num_actions` or the action rate is set again.
 """
 
 from __future__ import annotations
@@ -16,41 +21,64 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+MARGIN = 1.25  # the lengthened period leaves this factor of the measured time
+MAX_PERIOD_S = 10.0  # a chunk's actions never spread further apart than this
+
 
 @dataclass
 class ChunkBudget:
     requested: int  # num_actions as configured
+    period_s: float  # the action period as configured
     cap: int | None = None  # the adapted count; None: as configured
-    _reported_whole: bool = False
+    adapted_period_s: float | None = None
 
     @property
     def num_actions(self) -> int:
         return self.requested if self.cap is None else min(self.cap, self.requested)
 
+    @property
+    def action_period_s(self) -> float:
+        return self.adapted_period_s or self.period_s
+
+    def due_times(self, base_s: float, first_due_s: float, executor: bool) -> list[float]:
+        """When each action asked for is due: with an executor at `base_s` (the frame) plus
+        (i + 1) periods, else at the frame's deadline `first_due_s` plus i periods."""
+        period = self.action_period_s
+        start = base_s + period if executor else first_due_s
+        return [start + i * period for i in range(self.num_actions)]
+
     def observe(
-        self, arrived_s: Sequence[float], first_due_s: float, period_s: float
+        self, arrived_s: Sequence[float], due_s: Sequence[float], base_s: float, executor: bool
     ) -> str | None:
-        """One finished frame: when each of its actions arrived (all asked for, or fewer when
-        the server ended it). Returns what changed, to log, or None."""
-        asked = self.num_actions
-        on_time = 0
-        for i, arrived in enumerate(arrived_s):
-            if arrived > first_due_s + i * period_s:
-                break
-            on_time += 1
-        if on_time >= asked:
+        """One finished frame: when each of its actions arrived (as many as asked, or fewer
+        when the server ended it), against `due_s`. Returns what changed, to log, or None."""
+        on_time = [a <= d for a, d in zip(arrived_s, due_s, strict=False)]
+        if executor:
+            return None if any(on_time) else self._lengthen(arrived_s, base_s)
+        return self._shorten(on_time)
+
+    def _lengthen(self, arrived_s: Sequence[float], base_s: float) -> str | None:
+        old = self.action_period_s
+        # at the pace measured, or (nothing came) twice the wait
+        new = MARGIN * (arrived_s[-1] - base_s) / len(arrived_s) if arrived_s else 2.0 * old
+        new = min(max(new, old), MAX_PERIOD_S)
+        if new <= old:
             return None
-        if on_time:
-            self.cap = on_time
-            return (
-                f"chunks cannot arrive in time: {on_time} of {asked} actions came before their "
-                f"due times; asking for {on_time} per frame from now on (num_actions {asked} -> "
-                f"{on_time})"
-            )
-        if self._reported_whole:
-            return None
-        self._reported_whole = True
+        self.adapted_period_s = new
         return (
-            "chunks cannot arrive in time: a frame's first action came after its due time "
-            "(the deadline); the executor applies the actions that are still due"
+            f"chunks cannot arrive in time: no action of a chunk came before its own time; "
+            f"the action period goes from {old * 1e3:.0f} to {new * 1e3:.0f} ms (the robot "
+            "follows the policy's motion slower)"
+        )
+
+    def _shorten(self, on_time: list[bool]) -> str | None:
+        asked = self.num_actions
+        leading = next((i for i, ok in enumerate(on_time) if not ok), len(on_time))
+        if leading >= asked or leading == 0:
+            return None  # all in time, or the first already late: fewer would not help
+        self.cap = leading
+        return (
+            f"chunks cannot arrive in time: {leading} of {asked} actions came before their due "
+            f"times; asking for {leading} per frame from now on (num_actions {asked} -> "
+            f"{leading})"
         )

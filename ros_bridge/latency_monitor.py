@@ -206,6 +206,12 @@ class LatencyMonitor:
         with self._lock:
             return self._requests.rejected
 
+    @property
+    def degraded(self) -> str:
+        """Why the loop runs degraded ("" while it does not)."""
+        with self._lock:
+            return self._degraded
+
     def loop_degraded(self, reason: str) -> None:
         """The loop adapted to chunks that cannot arrive in time: WARN with `reason`."""
         with self._lock:

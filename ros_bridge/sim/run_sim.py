@@ -219,6 +219,9 @@ def _gather(
         arrivals=list(executor.arrivals),
         unmatched_commands=robot.unmatched_commands,
         interrupted=stopped,
+        num_actions_in_use=bridge.worker.num_actions,
+        action_period_ms_in_use=bridge.worker.action_period_s * 1000.0,
+        adapted=bridge.monitor.degraded,
     )
 
 

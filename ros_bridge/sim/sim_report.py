@@ -38,6 +38,9 @@ class SimRun:
     arrivals: list[ChunkArrival]
     unmatched_commands: int
     interrupted: bool
+    num_actions_in_use: int = 0  # after the bridge's adaptation (chunk_budget.py)
+    action_period_ms_in_use: float = 0.0  # likewise
+    adapted: str = ""  # how and why it adapted ("" if it did not)
 
 
 def build_report(run: SimRun) -> dict[str, Any]:
@@ -69,6 +72,10 @@ def build_report(run: SimRun) -> dict[str, Any]:
         "holds_after_first_action": sum(
             1 for s in steps if first is not None and s.stamp_ns > first and s.kind != Kind.CHUNK
         ),
+        "actions_applied_per_second": _per_second(run.log),
+        "num_actions_in_use": run.num_actions_in_use,
+        "action_period_ms_in_use": round(run.action_period_ms_in_use, 3),
+        "bridge_adapted": run.adapted,
         "deadline_misses": run.monitor_counters["deadline_misses"],
         "frame_to_action": run.percentiles["frame_to_action"],
         "ttft": run.percentiles["ttft"],
@@ -102,6 +109,15 @@ def _jumps(log: SimLog) -> dict[str, Any]:
         "max_joint_jump_joint": log.joint_names[joint],
         "max_joint_jump_t_s": round(t_s, 3),
     }
+
+
+def _per_second(log: SimLog) -> list[int]:
+    """Actions applied in each whole second of the run."""
+    t0 = log.steps[0].stamp_ns
+    counts = [0] * (1 + (log.steps[-1].stamp_ns - t0) // NS_PER_S)
+    for s in log.steps:
+        counts[(s.stamp_ns - t0) // NS_PER_S] += s.kind is Kind.CHUNK
+    return counts
 
 
 def _switch_jumps(log: SimLog) -> dict[str, Any]:

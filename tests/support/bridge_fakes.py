@@ -95,8 +95,13 @@ class FakeServer:
         n_actions = body.get("num_actions", 0) if "image_data" in body else 0
         if self.max_actions is not None:
             n_actions = min(n_actions, self.max_actions)
-        n_tokens = n_actions * self.action_dim or body["sampling_params"]["max_new_tokens"]
         await asyncio.sleep(self.first_token_delay_s)
+        if self.max_actions == 0:  # ended before its first action
+            end = {"text": "", "output_ids": [], "actions": [], "meta_info": {
+                "finish_reason": self.finish or {"type": "length"}}}  # fmt: skip
+            yield f"data: {json.dumps(end)}\n\ndata: [DONE]\n\n".encode()
+            return
+        n_tokens = n_actions * self.action_dim or body["sampling_params"]["max_new_tokens"]
         for i in range(n_tokens):
             if not self.up:
                 return  # the connection drops mid-stream
@@ -126,6 +131,7 @@ class RecordingSink:
     published_at: list[float] = field(default_factory=list)  # monotonic, per action
     guidance: Any = None  # what rtc_guidance answers
     guidance_asked: list[tuple[tuple[int, int], int]] = field(default_factory=list)
+    periods: list[float] = field(default_factory=list)  # set_action_period calls
 
     def publish_action(self, stamp: tuple[int, int], index: int, action: Any) -> None:
         if self.reject_width is not None and len(action) != self.reject_width:
@@ -138,6 +144,9 @@ class RecordingSink:
 
     def report(self, level: str, message: str) -> None:
         self.reports.append((level, message))
+
+    def set_action_period(self, period_s: float) -> None:
+        self.periods.append(period_s)
 
     def rtc_guidance(self, stamp: tuple[int, int], horizon: int) -> Any:
         self.guidance_asked.append((stamp, horizon))

@@ -334,6 +334,23 @@ def test_partial_chunks_shorten_num_actions_once_with_a_warning(make_worker) -> 
     assert loop.level is Level.WARN and "4 -> 2" in loop.message
 
 
+def test_with_an_executor_chunks_with_no_action_lengthen_the_period(make_worker) -> None:
+    # the server ends every frame at its deadline before any action
+    server = FakeServer(token_delay_s=0.0, max_actions=0, finish={"type": "deadline"})
+    server.known_fields |= {"deadline_ms", "control_period_ms"}
+    worker, sink = make_worker(server, deadline_ms=30_000.0, executor_times_actions=True)
+    request = replace(worker.config.request, control_period_ms=20.0)
+    worker.set_config(replace(worker.config, request=request))
+    for sec in (1, 2):
+        worker.submit(job(sec))
+        assert worker.wait_idle(10)
+    assert [body["control_period_ms"] for body in server.accepted] == [20.0, 40.0]
+    assert sink.periods == [pytest.approx(0.04), pytest.approx(0.08)]
+    assert worker.action_period_s == pytest.approx(0.08)
+    warnings = [m for level, m in sink.reports if "cannot arrive in time" in m]
+    assert len(warnings) == 2 and "from 20 to 40 ms" in warnings[0]
+
+
 def test_rtc_sends_the_executors_tail_and_delay_and_the_robot_state(make_worker) -> None:
     server = FakeServer(token_delay_s=0.0, state_dim=2)
     server.known_fields |= {"deadline_ms", "control_period_ms", "state"}

@@ -86,6 +86,7 @@ def test_report_counts_add_up_and_the_jump_is_the_largest_target_step() -> None:
     # steps 1 -> 2 switch chunks (both chunk commands, different sources); 3 -> 4 follows a hold
     assert (r["switches"], r["switch_jump_max"]) == (1, pytest.approx(0.3))
     assert r["chunk_overlap_mean_abs"] is None  # one chunk: nothing overlapped
+    assert r["actions_applied_per_second"] == [3]  # 5 steps of 20 ms: all in second 0
     assert r["timeline"]["kind"] == "lcclc" and r["timeline"]["joint"] == "b"
     assert r["chunks"] == [{"stamp_s": 0.0, "frame_to_action_ms": 12.0}]
     assert r["first_action_s"] == pytest.approx(0.02) and r["holds_after_first_action"] == 1
