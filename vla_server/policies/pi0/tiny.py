@@ -122,9 +122,7 @@ def random_flow_tensors(
     return out
 
 
-def _lerobot_config(
-    kind: str, vlm: dict[str, Any], chunk: int, robot: TinyRobot
-) -> dict[str, Any]:
+def _lerobot_config(kind: str, vlm: dict[str, Any], chunk: int, robot: TinyRobot) -> dict[str, Any]:
     visual = {"type": "VISUAL", "shape": [3, IMAGE_SIZE, IMAGE_SIZE]}
     mode = "MEAN_STD" if kind == "pi0" else "QUANTILES"
     return {
