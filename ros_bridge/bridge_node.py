@@ -139,6 +139,13 @@ class VlaBridgeNode(rclpy.node.Node):
             return
         images = (image, *others)
         state = self.chunk_output.position if self.chunk_output is not None else None
+        if state is None and self.worker.needs_state:
+            self.get_logger().info(
+                "the policy reads the robot state: waiting for a first JointState on "
+                "joint_states_topic",
+                throttle_duration_sec=_THROTTLE_S,
+            )
+            return
         self.worker.submit(FrameJob(frame.stamp, images, state), arrived_s)  # type: ignore[arg-type]
 
     # --- ActionSink (called on the worker thread) ----------------------------------------

@@ -153,6 +153,11 @@ class BridgeWorker:
         self.config = config
 
     @property
+    def needs_state(self) -> bool:
+        """The served policy reads the robot's state (known once the server was probed)."""
+        return self._server.state_dim > 0
+
+    @property
     def num_actions(self) -> int:
         """The actions asked per frame now: num_actions, or fewer after adapting."""
         return self._budget.num_actions

@@ -33,6 +33,7 @@ from tests.support.paths import REPO  # noqa: E402
 from tests.support.server import free_port, run_server  # noqa: E402
 from vla_harness.server_subprocess import start_server  # noqa: E402
 from vla_server.policies.llava.demo import aloha_demo_model_path  # noqa: E402
+from vla_server.policies.pi0.demo import aloha_flow_demo_path  # noqa: E402
 
 RATE_HZ, CAMERA_HZ = 50.0, 10.0
 ACTION_HZ, NUM_ACTIONS = 5.0, 10  # `vla-bridge sim`'s defaults for the demo model
@@ -134,6 +135,24 @@ def test_ten_seconds_of_closed_loop_every_step_one_command(server, tmp_path: Pat
     assert done.returncode == 0, done.stderr[-3000:]
     replayed = json.loads((tmp_path / "replay.json").read_text())
     assert replayed["frames_in"] == len(frames) and replayed["frames_processed"] >= 1
+
+
+def test_rtc_loop_on_the_flow_demo(tmp_path: Path) -> None:
+    """The tiny pi0 for the arms, `executor: rtc`: the requests carry the plan's tail and the
+    robot's state, the server takes them, every step gets its command."""
+    params = ("executor:=rtc", "num_actions:=50", "action_rate_hz:=50.0")
+    extra = [a for p in params for a in ("--param", p)]
+    extra += ["--param", f"deadline_ms:={GENEROUS_DEADLINE_MS}"]
+    (tmp_path / "server").mkdir()
+    with run_server(aloha_flow_demo_path(), tmp_path / "server") as server:
+        cmd = sim_command(server.url, tmp_path, 6, *extra)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    r = json.loads((tmp_path / "report.json").read_text())
+    assert r["command_timeouts"] == 0 and r["unmatched_commands"] == 0
+    assert r["bridge_counters"]["request_errors"] == 0, done.stderr[-3000:]
+    assert r["chunks_received"] >= 2 and r["executor_counters"]["rtc_guided"] >= 1
+    assert r["switch_gap_mean"] is not None and r["actions_applied"] > 0
 
 
 class LiveSim:

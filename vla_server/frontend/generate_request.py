@@ -75,6 +75,13 @@ class GenerateItem:
     state: list[float] | None = None  # raw robot state that rides beside the prompt
     guidance: GuidanceAsk | None = None  # real-time chunking toward the previous chunk
 
+    def deadline_at(self, received: float) -> float | None:
+        """Seconds since the epoch by which the request must finish: `deadline_ms` after
+        `capture_time`, else after `received`."""
+        if self.deadline_ms is None:
+            return None
+        return (self.capture_time or received) + self.deadline_ms / 1000
+
     def __post_init__(self) -> None:
         if self.logprob_start_len < -1:
             raise RequestError("must be >= -1 (-1: output tokens only)", "logprob_start_len")

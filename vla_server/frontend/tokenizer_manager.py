@@ -329,8 +329,6 @@ class TokenizerManager:
             raise RequestError(
                 f"must be smaller than the prompt length {len(ids)}", field="logprob_start_len"
             )
-        start = item.capture_time or received
-        deadline = None if item.deadline_ms is None else start + item.deadline_ms / 1000
         return TokenizedGenerateReqInput(
             rid=item.rid,
             input_ids=ids,
@@ -344,7 +342,7 @@ class TokenizerManager:
             num_actions=item.num_actions or 0,
             unnorm_key=item.unnorm_key,
             priority=item.priority,
-            deadline=deadline,
+            deadline=item.deadline_at(received),
             action_period=(item.control_period_ms or 0.0) / 1000,
             tokens_per_action=plan.tokens_per_action,
             supersede=item.supersede,

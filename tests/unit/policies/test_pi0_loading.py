@@ -23,20 +23,19 @@ from vla_server.model.weight_loader import WeightLoadError
 from vla_server.policies.pi0.family import Pi0Family
 from vla_server.policies.pi0.flow_head import time_embedding, time_frequencies
 from vla_server.policies.pi0.flow_model import FlowModel, expert_model_config
-from vla_server.policies.pi0.tiny import (
-    ACTION_DIM,
-    CHUNK,
-    LAYOUTS,
-    STATE_DIM,
-    dit_config,
-    pi0_model_path,
-)
+from vla_server.policies.pi0.tiny import CHUNK, LAYOUTS, dit_config, pi0_model_path
 from vla_server.policies.pi_common.lerobot_config import LeRobotPolicySpec
 from vla_server.policies.pi_common.openpi_norm_stats import read_norm_stats
 from vla_server.policies.pi_common.pad_resize import PadResize
 from vla_server.policies.pi_common.paligemma_config import expert_config
 from vla_server.policies.pi_common.paligemma_vision import PaliGemmaVisionEncoder
-from vla_server.policies.pi_common.tiny_paligemma import ACTION_STATS, CAMERAS, STATE_STATS
+from vla_server.policies.pi_common.tiny_paligemma import (
+    ACTION_DIM,
+    ACTION_STATS,
+    CAMERAS,
+    STATE_DIM,
+    STATE_STATS,
+)
 from vla_server.policies.registry import detect
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
