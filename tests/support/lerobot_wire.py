@@ -1,0 +1,98 @@
+"""A LeRobot async-inference client for tests, without lerobot: gRPC calls with raw message
+bytes, and pickles that name LeRobot's classes (as its client writes them)."""
+
+from __future__ import annotations
+
+import io
+import pickle
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+
+from vla_server.frontend.lerobot_grpc import lerobot_types as lt
+from vla_server.frontend.lerobot_grpc.wire import SERVICE, encode_data, encode_observation
+
+HELPERS = "lerobot.async_inference.helpers"
+CHUNK = 2 * 1024 * 1024  # LeRobot's transport CHUNK_SIZE
+_NAMES = {
+    lt.TimedObservation: (HELPERS, "TimedObservation"),
+    lt.TimedAction: (HELPERS, "TimedAction"),
+    lt.RemotePolicyConfig: (HELPERS, "RemotePolicyConfig"),
+    lt.PolicyFeature: ("lerobot.configs.types", "PolicyFeature"),
+}
+
+
+class _LeRobotPickler(pickle._Pickler):  # type: ignore[name-defined]
+    def save_global(self, obj: Any, name: str | None = None) -> None:
+        if obj not in _NAMES:
+            return super().save_global(obj, name)
+        self.save(_NAMES[obj][0])
+        self.save(_NAMES[obj][1])
+        self.write(pickle.STACK_GLOBAL)
+        self.memoize(obj)
+
+    dispatch = dict(pickle._Pickler.dispatch)  # type: ignore[attr-defined]
+    dispatch[type] = save_global
+
+
+def lerobot_pickle(obj: Any) -> bytes:
+    out = io.BytesIO()
+    _LeRobotPickler(out, protocol=4).dump(obj)
+    return out.getvalue()
+
+
+def chunks(payload: bytes, size: int = CHUNK) -> list[bytes]:
+    """LeRobot's `send_bytes_in_chunks`: one END, or BEGIN, MIDDLE..., END (encoded)."""
+    out, sent = [], 0
+    while sent < len(payload):
+        state = 2
+        if sent + size >= len(payload):
+            state = 3
+        elif sent == 0:
+            state = 1
+        out.append(encode_observation(state, payload[sent : sent + size]))
+        sent += size
+    return out
+
+
+class RawClient:
+    """The four RPCs over a channel, taking and returning encoded messages."""
+
+    def __init__(self, port: int, metadata: tuple[tuple[str, str], ...] = ()):
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        self.metadata = metadata
+
+    def _unary(self, method: str) -> Any:
+        return self.channel.unary_unary(f"/{SERVICE}/{method}")
+
+    def ready(self) -> bytes:
+        return self._unary("Ready")(b"", metadata=self.metadata, timeout=30)
+
+    def policy(self, payload: bytes) -> bytes:
+        return self._unary("SendPolicyInstructions")(
+            encode_data(payload), metadata=self.metadata, timeout=30
+        )
+
+    def observe_messages(self, messages: list[bytes]) -> bytes:
+        call = self.channel.stream_unary(f"/{SERVICE}/SendObservations")
+        return call(iter(messages), metadata=self.metadata, timeout=30)
+
+    def observe(self, payload: bytes) -> bytes:
+        return self.observe_messages(chunks(payload))
+
+    def get_actions(self, timeout: float = 120) -> bytes:
+        return self._unary("GetActions")(b"", metadata=self.metadata, timeout=timeout)
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def iter_messages(messages: list[bytes]) -> Iterator[bytes]:
+    yield from messages
