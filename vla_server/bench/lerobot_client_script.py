@@ -63,7 +63,7 @@ class MockRobot(Robot):
     def observation_features(self) -> dict:
         shape = (self.config.height, self.config.width, 3)
         joints = {f"j{i}.pos": float for i in range(self.config.state_dim)}
-        return {**joints, **{cam: shape for cam in self.config.camera_names}}
+        return {**joints, **dict.fromkeys(self.config.camera_names, shape)}
 
     @property
     def action_features(self) -> dict:
