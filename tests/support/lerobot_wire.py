@@ -15,20 +15,21 @@ from vla_server.frontend.lerobot_grpc.wire import SERVICE, encode_data, encode_o
 
 HELPERS = "lerobot.async_inference.helpers"
 CHUNK = 2 * 1024 * 1024  # LeRobot's transport CHUNK_SIZE
-_NAMES = {
-    lt.TimedObservation: (HELPERS, "TimedObservation"),
-    lt.TimedAction: (HELPERS, "TimedAction"),
-    lt.RemotePolicyConfig: (HELPERS, "RemotePolicyConfig"),
-    lt.PolicyFeature: ("lerobot.configs.types", "PolicyFeature"),
-}
+_HELPERS_CLASSES = (lt.TimedObservation, lt.TimedAction, lt.RemotePolicyConfig)
 
 
 class _LeRobotPickler(pickle._Pickler):  # type: ignore[name-defined]
+    helpers = HELPERS
+
     def save_global(self, obj: Any, name: str | None = None) -> None:
-        if obj not in _NAMES:
+        if obj in _HELPERS_CLASSES:
+            module = self.helpers
+        elif obj in (lt.PolicyFeature, lt.FeatureType):
+            module = "lerobot.configs.types"
+        else:
             return super().save_global(obj, name)
-        self.save(_NAMES[obj][0])
-        self.save(_NAMES[obj][1])
+        self.save(module)
+        self.save(obj.__name__)
         self.write(pickle.STACK_GLOBAL)
         self.memoize(obj)
 
@@ -36,9 +37,12 @@ class _LeRobotPickler(pickle._Pickler):  # type: ignore[name-defined]
     dispatch[type] = save_global
 
 
-def lerobot_pickle(obj: Any) -> bytes:
+def lerobot_pickle(obj: Any, helpers: str = HELPERS) -> bytes:
+    """`obj` pickled as LeRobot's client would (`helpers`: its helpers module path)."""
     out = io.BytesIO()
-    _LeRobotPickler(out, protocol=4).dump(obj)
+    pickler = _LeRobotPickler(out, protocol=4)
+    pickler.helpers = helpers
+    pickler.dump(obj)
     return out.getvalue()
 
 

@@ -93,7 +93,9 @@ def _check_identity(cfg: RemotePolicyConfig, served: ServedPolicy, accept_any: b
     if cfg.policy_type not in LEROBOT_POLICY_TYPES:
         problems.append(("policy_type", f"{cfg.policy_type!r} is not a LeRobot policy type"))
     elif served.policy_type and cfg.policy_type != served.policy_type:
-        problems.append(("policy_type", f"this node serves a {served.policy_type!r} policy"))
+        problems.append(
+            ("policy_type", f"{cfg.policy_type!r}: this node serves a {served.policy_type!r}")
+        )
     name = cfg.pretrained_name_or_path
     if not isinstance(name, str) or (
         name not in served.names and os.path.normpath(name) not in served.names
