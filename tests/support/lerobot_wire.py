@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import pickle
-from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -67,16 +66,16 @@ class RawClient:
         self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
         self.metadata = metadata
 
-    def _unary(self, method: str) -> Any:
-        return self.channel.unary_unary(f"/{SERVICE}/{method}")
+    def call(self, method: str, message: bytes, timeout: float = 30) -> bytes:
+        """A unary RPC with an encoded request; its encoded reply."""
+        unary = self.channel.unary_unary(f"/{SERVICE}/{method}")
+        return unary(message, metadata=self.metadata, timeout=timeout)
 
     def ready(self) -> bytes:
-        return self._unary("Ready")(b"", metadata=self.metadata, timeout=30)
+        return self.call("Ready", b"")
 
     def policy(self, payload: bytes) -> bytes:
-        return self._unary("SendPolicyInstructions")(
-            encode_data(payload), metadata=self.metadata, timeout=30
-        )
+        return self.call("SendPolicyInstructions", encode_data(payload))
 
     def observe_messages(self, messages: list[bytes]) -> bytes:
         call = self.channel.stream_unary(f"/{SERVICE}/SendObservations")
@@ -86,7 +85,7 @@ class RawClient:
         return self.observe_messages(chunks(payload))
 
     def get_actions(self, timeout: float = 120) -> bytes:
-        return self._unary("GetActions")(b"", metadata=self.metadata, timeout=timeout)
+        return self.call("GetActions", b"", timeout)
 
     def close(self) -> None:
         self.channel.close()
@@ -96,7 +95,3 @@ class RawClient:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def iter_messages(messages: list[bytes]) -> Iterator[bytes]:
-    yield from messages

@@ -131,14 +131,22 @@ def check_recording(c: httpx.Client, recording: dict[str, Any], chunk_size: int)
 
 
 def fixture(report: dict[str, Any]) -> dict[str, Any]:
-    """The replay fixture: the run's calls up to the one that brought the `FIXTURE_CHUNKS`th
-    chunk, and what the node was."""
-    calls, chunks = [], 0
+    """The replay fixture: the run's calls up to the `FIXTURE_CHUNKS`th chunk and the sending
+    of its observation (a `GetActions` starts before the observation it answers is sent), and
+    what the node was."""
+    calls: list[dict[str, Any]] = []
+    sent: set[tuple[int, float]] = set()
+    chunks, wanted = 0, None
     for call in report["recording"]["calls"]:
         calls.append({k: call[k] for k in ("method", "requests", "code", "reply") if k in call})
-        got = call["method"] == "GetActions" and call.get("code") == "OK"
-        chunks += got and chunk_of(base64.b64decode(call["reply"])) is not None
-        if chunks >= FIXTURE_CHUNKS:
+        if call["method"] == "SendObservations":
+            sent.add(key(observation_of(call)))
+        elif wanted is None and call["method"] == "GetActions" and call.get("code") == "OK":
+            chunk = chunk_of(base64.b64decode(call["reply"]))
+            chunks += chunk is not None
+            if chunk is not None and chunks >= FIXTURE_CHUNKS:
+                wanted = (chunk.timesteps[0], chunk.timestamps[0])
+        if wanted in sent:
             break
     kind = report["kind"]
     return {
