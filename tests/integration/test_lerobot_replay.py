@@ -29,7 +29,7 @@ from vla_server.bench.lerobot_check import (
     reference_body,
     timing_problems,
 )
-from vla_server.policies.pi0.tiny import pi0_model_path
+from vla_server.policies.registry import tiny_checkpoint
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "lerobot_grpc"
 REFERENCE_CHUNKS = 3  # also compared with /v1/actions (each is one more query)
@@ -46,7 +46,7 @@ def replay(request, tmp_path_factory):
     port = free_port()
     flags = ("--lerobot-grpc-port", str(port), "--served-model-name", fixture["served_model_name"])
     flags += ("--lerobot-obs-queue-timeout", "0.5", "--lerobot-fps", str(fixture["fps"]))
-    with run_server(pi0_model_path(kind, "bare"), tmp_path_factory.mktemp(kind), *flags) as srv:
+    with run_server(tiny_checkpoint(fixture["tiny"]), tmp_path_factory.mktemp(kind), *flags) as srv:
         yield fixture, srv, port
 
 

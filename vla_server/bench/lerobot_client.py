@@ -1,16 +1,17 @@
 """LeRobot 0.6.1's own `RobotClient` against the node's LeRobot door, checked chunk by chunk.
 
-    python -m vla_server.bench lerobot-client [--seconds 30] [--kinds pi0 pi05]
+    python -m vla_server.bench lerobot-client [--seconds 30] [--tiny NAME ...]
         [--out bench_out/lerobot_client] [--fixtures tests/fixtures/lerobot_grpc]
 
-For each tiny pi0-family folder: a node with `--lerobot-grpc-port`, and LeRobot's client (in
+For each tiny folder (default: `registry.LEROBOT_CLIENT_TINIES`, types LeRobot's own
+policy_server serves): a node with `--lerobot-grpc-port`, and LeRobot's client (in
 LeRobot's own venv, `vla_harness.lerobot_env`, built on first use) on a hardware-free robot
 with the policy's cameras and state for `--seconds` (`lerobot_client_script.py`). Then every
 chunk the client received must equal `POST /v1/actions` on its observation under the door's
 noise rule (within 1e-5), follow LeRobot's timesteps and timestamps, and the client must have
-merged overlapping chunks (its aggregation ran). Writes `<kind>.json` (the numbers) under
+merged overlapping chunks (its aggregation ran). Writes `<name>.json` (the numbers) under
 `--out`; with `--fixtures`, also the run's first gRPC calls as the replay fixture
-`<kind>.json` there (`tests/integration/test_lerobot_replay.py`).
+`<name>.json` there (`tests/integration/test_lerobot_replay.py`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from vla_server.bench.lerobot_check import (
     reference_body,
     timing_problems,
 )
-from vla_server.policies.pi0.tiny import pi0_model_path
+from vla_server.policies.registry import LEROBOT_CLIENT_TINIES, tiny_checkpoint
 
 SCRIPT = Path(__file__).with_name("lerobot_client_script.py")
 TASK = "pick up the red block"
@@ -47,24 +48,24 @@ TOLERANCE = 1e-5
 
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seconds", type=float, default=30.0)
-    p.add_argument("--kinds", nargs="+", default=["pi0", "pi05"], choices=["pi0", "pi05"])
+    p.add_argument("--tiny", nargs="+", default=list(LEROBOT_CLIENT_TINIES))
     p.add_argument("--out", type=Path, default=Path("bench_out/lerobot_client"))
     p.add_argument("--fixtures", type=Path, default=None, help="write replay fixtures here")
 
 
-def served_name(kind: str) -> str:
-    return f"tiny-{kind}"  # --served-model-name: the client names it, on any machine
+def served_name(tiny: str) -> str:
+    return f"tiny-{tiny}"  # --served-model-name: the client names it, on any machine
 
 
-def serve_flags(port: int, kind: str) -> list[str]:
-    return ["--lerobot-grpc-port", str(port), "--served-model-name", served_name(kind)]
+def serve_flags(port: int, tiny: str) -> list[str]:
+    return ["--lerobot-grpc-port", str(port), "--served-model-name", served_name(tiny)]
 
 
-def client_args(port: int, kind: str, seconds: float, robot: dict[str, Any]) -> list[str]:
+def client_args(port: int, tiny: str, seconds: float, robot: dict[str, Any]) -> list[str]:
     return [
         f"--server_address=127.0.0.1:{port}",
-        f"--policy_type={kind}",
-        f"--pretrained_name_or_path={served_name(kind)}",
+        f"--policy_type={robot['policy_type']}",
+        f"--pretrained_name_or_path={served_name(tiny)}",
         f"--task={TASK}",
         f"--seconds={seconds}",
         f"--state_dim={robot['state_dim']}",
@@ -75,24 +76,24 @@ def client_args(port: int, kind: str, seconds: float, robot: dict[str, Any]) -> 
     ]
 
 
-def run_kind(python: Path, kind: str, seconds: float, work: Path) -> dict[str, Any]:
+def run_tiny(python: Path, tiny: str, seconds: float, work: Path) -> dict[str, Any]:
     """One node, one client run, every chunk checked: the report (with the recording)."""
-    folder = pi0_model_path(kind, "bare")
     port = free_port()
-    with run_server(folder, work, *serve_flags(port, kind)) as server:
+    with run_server(tiny_checkpoint(tiny), work, *serve_flags(port, tiny)) as server:
         with server.client() as c:
             info = c.get("/get_model_info").json()
         robot = {
+            "policy_type": info["actions"]["policy_type"],
             "state_dim": info["robot"]["state_dim"],
             "action_dim": info["actions"]["action_dim"],
             "cameras": info["robot"]["cameras"],
         }
         out = work / "client.json"
-        run_script(python, SCRIPT, [out, *client_args(port, kind, seconds, robot)], cwd=work)
+        run_script(python, SCRIPT, [out, *client_args(port, tiny, seconds, robot)], cwd=work)
         recording = json.loads(out.read_text())
         with server.client() as c:
             checked = check_recording(c, recording, info["robot"]["chunk_size"])
-    return {"kind": kind, "robot": robot, **checked, "recording": recording}
+    return {"tiny": tiny, "robot": robot, **checked, "recording": recording}
 
 
 def check_recording(c: httpx.Client, recording: dict[str, Any], chunk_size: int) -> dict:
@@ -148,13 +149,12 @@ def fixture(report: dict[str, Any]) -> dict[str, Any]:
                 wanted = (chunk.timesteps[0], chunk.timestamps[0])
         if wanted in sent:
             break
-    kind = report["kind"]
+    tiny = report["tiny"]
     return {
         "about": "gRPC calls of LeRobot's RobotClient against the LeRobot door, recorded by "
         "`python -m vla_server.bench lerobot-client`; replayed by test_lerobot_replay.py",
-        "kind": kind,
-        "model": f"pi0_model_path({kind!r}, 'bare')",
-        "served_model_name": served_name(kind),
+        "tiny": tiny,  # registry.tiny_checkpoint(tiny)
+        "served_model_name": served_name(tiny),
         "fps": FPS,
         "versions": report["recording"]["versions"],
         "robot": report["robot"],
@@ -170,14 +170,14 @@ def run(args: argparse.Namespace) -> None:
     python = ensure_lerobot_venv()
     args.out.mkdir(parents=True, exist_ok=True)
     failed = []
-    for kind in args.kinds:
+    for tiny in args.tiny:
         with tempfile.TemporaryDirectory() as tmp:
-            report = run_kind(python, kind, args.seconds, Path(tmp))
-        (args.out / f"{kind}.json").write_text(json.dumps(summary(report), indent=2) + "\n")
+            report = run_tiny(python, tiny, args.seconds, Path(tmp))
+        (args.out / f"{tiny}.json").write_text(json.dumps(summary(report), indent=2) + "\n")
         print(json.dumps(summary(report), indent=2))
         if args.fixtures is not None:
             args.fixtures.mkdir(parents=True, exist_ok=True)
-            (args.fixtures / f"{kind}.json").write_text(json.dumps(fixture(report)) + "\n")
+            (args.fixtures / f"{tiny}.json").write_text(json.dumps(fixture(report)) + "\n")
         ok = (
             report["chunks"] > 0
             and report["chunks"] == report["client_chunks"]
@@ -185,6 +185,6 @@ def run(args: argparse.Namespace) -> None:
             and not report["timing_problems"]
             and report["aggregated_actions"] > 0
         )
-        failed += [] if ok else [kind]
+        failed += [] if ok else [tiny]
     if failed:
         raise SystemExit(f"lerobot-client: checks failed for {failed}")

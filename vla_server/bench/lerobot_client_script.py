@@ -3,7 +3,7 @@
 message and every chunk it receives.
 
     python lerobot_client_script.py OUT.json --server_address=127.0.0.1:PORT \\
-        --policy_type=pi0 --pretrained_name_or_path=NAME --task=TASK --seconds=30 \\
+        --policy_type=TYPE --pretrained_name_or_path=NAME --task=TASK --seconds=30 \\
         --state_dim=4 --action_dim=3 --actions_per_chunk=50 --fps=30
 
 The robot (`MockRobot`): `state_dim` joints `j<i>.pos` (the first `action_dim` follow the

@@ -22,8 +22,6 @@ from vla_server.policies.base import RobotIO
 
 logger = logging.getLogger(__name__)
 
-# LeRobot 0.6.1's `async_inference.constants.SUPPORTED_POLICIES`.
-LEROBOT_POLICY_TYPES = ("act", "smolvla", "diffusion", "tdmpc", "vqbet", "pi0", "pi05", "groot")
 STATE_KEY = "observation.state"
 IMAGES_PREFIX = "observation.images."
 
@@ -90,12 +88,10 @@ def check_setup(cfg: Any, served: ServedPolicy, accept_any: bool) -> ClientSetup
 
 def _check_identity(cfg: RemotePolicyConfig, served: ServedPolicy, accept_any: bool) -> None:
     problems = []
-    if cfg.policy_type not in LEROBOT_POLICY_TYPES:
-        problems.append(("policy_type", f"{cfg.policy_type!r} is not a LeRobot policy type"))
-    elif served.policy_type and cfg.policy_type != served.policy_type:
-        problems.append(
-            ("policy_type", f"{cfg.policy_type!r}: this node serves a {served.policy_type!r}")
-        )
+    # The served family's own LeRobot type (`describe()["policy_type"]`); None: it has none.
+    if cfg.policy_type != served.policy_type:
+        serves = served.policy_type or "no LeRobot policy type"
+        problems.append(("policy_type", f"{cfg.policy_type!r}: this node serves {serves!r}"))
     name = cfg.pretrained_name_or_path
     if not isinstance(name, str) or (
         name not in served.names and os.path.normpath(name) not in served.names
