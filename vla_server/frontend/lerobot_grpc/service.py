@@ -15,7 +15,10 @@ the node's one action query.
   replies `Empty`.
 
 Each RPC returns its reply bytes or raises `RequestError` (the field named); `server.py` turns
-that into a gRPC status.
+that into a gRPC status. Two differences from LeRobot, both deliberate: a query that fails is
+an error status the client logs (LeRobot logs it on the server and replies `Empty`), and a
+chunk is replied as soon as it is ready (LeRobot's `--inference_latency` pacing, a sleep up to
+1/30 s, is not imitated).
 """
 
 from __future__ import annotations
