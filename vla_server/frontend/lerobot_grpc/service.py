@@ -1,9 +1,10 @@
 """The four RPCs of `transport.AsyncInference`, with LeRobot's `PolicyServer` semantics, on
 the node's one action query.
 
-* `Ready` resets the door's state (the observation slot, the answered timesteps, the last
-  observation run), as LeRobot's does for every client: the state is the door's, not a
-  connection's. The accepted policy instructions stay.
+* `Ready` resets the door's state (the observation slot, the answered timesteps), as LeRobot's
+  does for every client: the state is the door's, not a connection's. It also forgets the last
+  observation run (LeRobot keeps it), so a new client's first observations are not compared
+  with another's. The accepted policy instructions stay, as in LeRobot.
 * `SendPolicyInstructions` checks the client's `RemotePolicyConfig` (`policy_setup.py`).
 * `SendObservations` reassembles one pickled `TimedObservation` from its chunks, reads it
   (`observation.py`) and offers it to a slot of one, newest first. Unless `must_go`, it is
