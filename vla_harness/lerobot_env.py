@@ -79,12 +79,24 @@ def _pip(python: Path, args: list[str], log) -> None:
         raise RuntimeError(f"{' '.join(cmd)} failed with exit status {proc.returncode}")
 
 
-def run_script(python: Path, script: Path, args: Sequence[str], *, timeout: float = 1800) -> None:
-    """Run `script` with the LeRobot venv's python, offline, its output passed through."""
+def run_script(
+    python: Path,
+    script: Path,
+    args: Sequence[str],
+    *,
+    timeout: float = 1800,
+    cwd: Path | None = None,
+) -> None:
+    """Run `script` with the LeRobot venv's python, offline, its output passed through (in
+    `cwd`: LeRobot's loggers write a `logs/` folder where they run)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     env.pop("PYTHONPATH", None)  # the project's modules must not shadow LeRobot's imports
     subprocess.run(
-        [str(python), str(script), *map(str, args)], check=True, env=env, timeout=timeout
+        [str(python), str(script), *map(str, args)],
+        check=True,
+        env=env,
+        timeout=timeout,
+        cwd=cwd,
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import ipaddress
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -152,6 +153,27 @@ class ServerArgs:
         "vLLM-Omni robot socket: a larger frame gets an error reply, the socket stays open "
         "(frames over --max-request-bytes are refused by the WebSocket layer, which closes it)",
     )
+    lerobot_grpc_port: int | None = _opt(
+        None,
+        "LeRobot async inference door (gRPC transport.AsyncInference, LeRobot's RobotClient): "
+        "its port, on --host (default: off)",
+    )
+    lerobot_grpc_insecure: bool = _opt(
+        False,
+        "LeRobot door: serve on a non-loopback --host without --api-key (LeRobot's client cannot "
+        "send a key; its payloads are pickles, read here by a restricted unpickler)",
+    )
+    lerobot_accept_any_policy: bool = _opt(
+        False,
+        "LeRobot door: a client naming another policy type or checkpoint than the served one "
+        "gets a warning in the log instead of an error (the node still serves its own)",
+    )
+    lerobot_fps: float = _opt(
+        30.0, "LeRobot door: the robot's control rate; action i is stamped obs time + i/fps"
+    )
+    lerobot_obs_queue_timeout: float = _opt(
+        2.0, "LeRobot door: seconds GetActions waits for an observation before replying Empty"
+    )
     openpi_state_keys: list[str] = field(
         default_factory=list,
         metadata={
@@ -287,6 +309,33 @@ class FrontendConfig:
     robot_openpi_idle_timeout: float
     robot_openpi_max_payload_bytes: int
     prompt_convention: str
+    host: str  # the address the node's doors bind (HTTP's is LaunchConfig.host, the same flag)
+    lerobot_grpc_port: int | None
+    lerobot_grpc_insecure: bool
+    lerobot_accept_any_policy: bool
+    lerobot_fps: float
+    lerobot_obs_queue_timeout: float
+
+    def __post_init__(self) -> None:
+        if self.lerobot_grpc_port is None:
+            return
+        if self.lerobot_fps <= 0 or self.lerobot_obs_queue_timeout < 0:
+            raise ValueError("--lerobot-fps must be > 0 and --lerobot-obs-queue-timeout >= 0")
+        if not (is_loopback(self.host) or self.api_key or self.lerobot_grpc_insecure):
+            raise ValueError(
+                f"--lerobot-grpc-port on {self.host!r} (not loopback) needs --api-key, or "
+                "--lerobot-grpc-insecure to serve LeRobot's unauthenticated pickle protocol there"
+            )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a bind address only reaches this machine ("localhost" or a loopback IP)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ BENCHES = {
     "soak": "vla_server.bench.soak",
     "control": "vla_server.bench.control",
     "flow": "vla_server.bench.flow",
+    "lerobot-client": "vla_server.bench.lerobot_client",
 }
 
 

@@ -99,7 +99,15 @@ def _lifespan(node: NodeHandle) -> Any:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         node.tokenizer_manager.ensure_loops()
+        door = None
+        if node.config.lerobot_grpc_port is not None:
+            # Imported here: grpcio is the `lerobot` extra, needed only with this flag.
+            from vla_server.frontend.lerobot_grpc.server import start_lerobot_door
+
+            door = await start_lerobot_door(node.tokenizer_manager, node.config)
         yield
+        if door is not None:
+            await door.stop(grace=1.0)
         # Runs after uvicorn has drained in-flight requests (see run_server); the node stops
         # here, so that it is down before uvicorn re-delivers the signal it drained for.
         node.shutdown()

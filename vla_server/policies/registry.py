@@ -71,6 +71,9 @@ def default_checkpoint() -> Path:
 
 # The tiny checkpoint a denoising benchmark runs when none is named.
 DEFAULT_DENOISING_TINY = "pi0"
+# The tiny checkpoints LeRobot's async-inference client is run against (`bench lerobot-client`):
+# policy types LeRobot 0.6.1's own policy_server serves.
+LEROBOT_CLIENT_TINIES = ("pi0", "pi05")
 
 
 def tiny_checkpoints() -> dict[str, Callable[[], Path]]:
