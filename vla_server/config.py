@@ -152,6 +152,11 @@ class ServerArgs:
         "vLLM-Omni robot socket: a larger frame gets an error reply, the socket stays open "
         "(frames over --max-request-bytes are refused by the WebSocket layer, which closes it)",
     )
+    sglang_action_max_payload_bytes: int = _opt(
+        16 * 1024 * 1024,
+        "SGLang's action WebSockets: a larger frame gets an error reply, the socket stays open "
+        "(frames over --max-request-bytes are refused by the WebSocket layer, which closes it)",
+    )
     openpi_state_keys: list[str] = field(
         default_factory=list,
         metadata={
@@ -286,6 +291,7 @@ class FrontendConfig:
     openpi_state_keys: tuple[str, ...]
     robot_openpi_idle_timeout: float
     robot_openpi_max_payload_bytes: int
+    sglang_action_max_payload_bytes: int
     prompt_convention: str
 
 

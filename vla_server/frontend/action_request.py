@@ -52,6 +52,9 @@ class ActionsBody(msgspec.Struct, forbid_unknown_fields=True):
     inference_delay: int | None = None
     execution_horizon: int | None = None  # LeRobot's: where the soft prefix weights end
     rtc: RtcOptions | None = None
+    # A denoised chunk's starting noise [chunk_size, head width] instead of the seed's
+    # (`noise_request.py`).
+    noise: Any = None
 
 
 def _ms(seconds: float) -> float:
@@ -151,6 +154,7 @@ async def action_item(
         relaxed_decoding=body.relaxed_decoding,
         state=prompt.state,
         guidance=guidance,
+        noise=body.noise,
     )
     return tm.sessions.apply(item, robot=True)
 

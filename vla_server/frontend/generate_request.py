@@ -70,6 +70,7 @@ class GenerateItem:
     relaxed_decoding: bool = False  # a token chunk: LeRobot's pad/truncate decoding
     state: list[float] | None = None  # raw robot state that rides beside the prompt
     guidance: GuidanceAsk | None = None  # real-time chunking toward the previous chunk
+    noise: Any = None  # a denoised chunk's starting noise (`noise_request.wire_noise`)
 
     def __post_init__(self) -> None:
         if self.logprob_start_len < -1:
