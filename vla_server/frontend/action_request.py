@@ -23,6 +23,7 @@ from vla_server.errors import RequestError
 from vla_server.frontend.common import finish_error
 from vla_server.frontend.generate_request import GenerateItem, parse_sampling
 from vla_server.frontend.guidance_request import guidance_ask
+from vla_server.frontend.noise_request import checked_noise
 from vla_server.frontend.tokenizer_manager import TokenizerManager
 from vla_server.io_struct import RtcOptions
 from vla_server.policies.base import ActionQuery
@@ -154,7 +155,7 @@ async def action_item(
         relaxed_decoding=body.relaxed_decoding,
         state=prompt.state,
         guidance=guidance,
-        noise=body.noise,
+        noise=checked_noise(tm, body.noise),
     )
     return tm.sessions.apply(item, robot=True)
 

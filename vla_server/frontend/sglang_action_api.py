@@ -1,4 +1,4 @@
-"""SGLang's action API (`multimodal_gen`'s Pi0.5 serving), on the node's one action query.
+"""SGLang's action API (its `multimodal_gen` policy serving), on the node's one action query.
 
 Routes, as SGLang's `entrypoints/action/{api,ws_utils,openpi}.py` serve them:
 
@@ -123,7 +123,7 @@ async def answer(
     """Run one SGLang payload; a RequestError names the payload's field."""
     policy = ServedPolicy.of(node)
     ask = sglang_ask(payload, policy, default_output)
-    if ask.client_normalized and policy.flow is None:
+    if ask.client_normalized and policy.stats is None:
         raise RequestError("this policy has no statistics to normalise with", "client_normalized")
     try:
         out = await infer_actions(node.tokenizer_manager, ask.body, request)

@@ -21,9 +21,9 @@ import numpy as np
 from vla_server.errors import RequestError
 from vla_server.frontend.common import served_model_id
 from vla_server.frontend.node_handle import NodeHandle
+from vla_server.frontend.noise_request import denoise_spec
 from vla_server.frontend.robot_socket import model_image_size
-from vla_server.policies.base import Denoise
-from vla_server.policies.pi_common.flow_actions import FlowActionPolicy
+from vla_server.policies.base import GuidedFrontend, StatisticsFrontend
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class ServedPolicy:
     action_horizon: int
     num_inference_steps: int | None
     family: str
-    flow: FlowActionPolicy | None  # the statistics, for a flow-matching policy
+    stats: StatisticsFrontend | None  # the checkpoint's statistics, when the family has them
 
     @classmethod
     def of(cls, node: NodeHandle) -> ServedPolicy:
@@ -44,44 +44,38 @@ class ServedPolicy:
         if policy.action_dim is None:
             raise RequestError("this model has no action head", "model")
         about = policy.describe() or {}
-        head = tm.head_spec()
-        flow = getattr(policy, "policy", None)
+        head = denoise_spec(tm)
         return cls(
             cameras=tuple(policy.robot_io.cameras) if policy.robot_io else (),
             state_dim=policy.robot_io.state_dim if policy.robot_io else 0,
             action_dim=policy.action_dim,
-            padded_action_dim=head.width if isinstance(head, Denoise) else policy.action_dim,
+            padded_action_dim=head.width if head else policy.action_dim,
             action_horizon=policy.default_num_actions,
             num_inference_steps=about.get("num_inference_steps"),
             family=str(about.get("policy_type") or tm.info.family),
-            flow=flow if isinstance(flow, FlowActionPolicy) else None,
+            stats=policy if isinstance(policy, StatisticsFrontend) else None,
         )
 
     def raw_state(self, normalized: list[float], field: str) -> list[float]:
         """A client-normalised state in robot units (the node normalises it back)."""
-        if self.flow is None:
-            raise RequestError("this policy has no state statistics to un-normalise with", field)
-        raw = self.flow.state_norm.unnormalize(np.asarray(normalized, dtype=np.float32))
+        if self.stats is None:
+            raise RequestError("this policy has no statistics to un-normalise with", field)
+        raw = self.stats.raw_state(np.asarray(normalized, dtype=np.float32))
         return np.asarray(raw, dtype=np.float64).tolist()
 
     def normalized_actions(self, actions: np.ndarray) -> np.ndarray:
         """Actions in robot units, normalised with the checkpoint's action statistics."""
-        assert self.flow is not None  # a client-normalised request was refused without them
-        return np.asarray(self.flow.action_norm.normalize(actions), dtype=np.float32)
+        assert self.stats is not None  # a client-normalised request was refused without them
+        return np.asarray(self.stats.normalized_actions(actions), dtype=np.float32)
 
     def normalization(self) -> dict[str, Any]:
-        modes = {}
-        if self.flow is not None:
-            modes = {
-                "state_mode": self.flow.state_norm.mode,
-                "action_mode": self.flow.action_norm.mode,
-            }
+        modes = {} if self.stats is None else self.stats.normalization_modes()
         return {
             "state": "server",
             "actions": "server",
-            **modes,
+            **{f"{what}_mode": mode for what, mode in modes.items()},
             "client_normalized_field": "runtime.client_normalized",
-            "client_normalized_supported": self.flow is not None,
+            "client_normalized_supported": self.stats is not None,
         }
 
 
@@ -118,7 +112,7 @@ def action_metadata(node: NodeHandle) -> dict[str, Any]:
             "openpi_websocket": True,
             "batch_inputs": False,
             "multiple_candidates": False,
-            "real_time_chunking": policy.flow is not None,
+            "real_time_chunking": isinstance(node.tokenizer_manager.policy, GuidedFrontend),
         },
         "normalization": policy.normalization(),
     }

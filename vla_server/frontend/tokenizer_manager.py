@@ -34,7 +34,6 @@ from vla_server.frontend.generate_request import (
 from vla_server.frontend.generation_gate import GenerationGate
 from vla_server.frontend.guidance_request import wire_guidance
 from vla_server.frontend.mm_frontend import MultimodalFrontend
-from vla_server.frontend.noise_request import wire_noise
 from vla_server.frontend.req_state import (
     ReqState,
     coalesce,
@@ -59,7 +58,7 @@ from vla_server.io_struct import (
     tokenizer_input_decoder,
 )
 from vla_server.metrics import ServerMetrics
-from vla_server.policies.base import ActionAsk, HeadSpec, PolicyFrontend, PromptPlan
+from vla_server.policies.base import ActionAsk, PolicyFrontend, PromptPlan
 from vla_server.policies.registry import checkpoint_tokenizer, from_info, import_plugins
 from vla_server.process_utils import zmq_socket
 
@@ -98,8 +97,6 @@ class TokenizerManager:
         self.limits: ModelLimits | None = None  # known once the scheduler is ready
         self.info: ModelInfo
         self.policy: PolicyFrontend
-        self.family: Any = None  # the checkpoint's family, once the scheduler is ready
-        self._head_spec: tuple[HeadSpec | None] | None = None  # built on first use
         self.mm: MultimodalFrontend
         self.text_encoder: TextEncoder
         self.sessions = SessionRegistry(NodeRobotDefaults.from_config(config))
@@ -295,22 +292,14 @@ class TokenizerManager:
         multimodal front end."""
         cfg = self.config
         import_plugins(cfg.checkpoint.policy_plugins)
-        family = from_info(info)
+        self.family = family = from_info(info)  # its head's shapes: `noise_request.py`
         self.tokenizer = checkpoint_tokenizer(family, cfg.checkpoint.tokenizer_path)
         self.info = info
         self.limits = ModelLimits(info.vocab_size, info.hidden_size, info.context_len)
         self.policy = family.frontend(self.tokenizer, info, cfg.prompt_convention)
-        self.family, self._head_spec = family, None
         preprocess = family.image_preprocessor(cfg.image_backend)
         self.mm = MultimodalFrontend(cfg, info, self.policy, preprocess)
         self.text_encoder = TextEncoder(self.tokenizer, info.context_len)
-
-    def head_spec(self) -> HeadSpec | None:
-        """What an action request runs in the scheduler (its head's shapes), built once on
-        first use: only a request that brings its own noise needs it."""
-        if self._head_spec is None:
-            self._head_spec = (self.family.head_spec(self.tokenizer, self.info.vocab_size),)
-        return self._head_spec[0]
 
     async def _timed_tokenize(self, state: ReqState) -> TokenizedGenerateReqInput:
         start = time.perf_counter()
@@ -365,7 +354,7 @@ class TokenizerManager:
             state=None if plan.state is None else Tensor.from_numpy(plan.state),
             state_position=plan.state_position,
             guidance=wire_guidance(item.guidance, self.policy, item.num_actions),
-            noise=wire_noise(item.noise, self.head_spec(), item.num_actions),
+            noise=item.noise,
         )
 
     def _plan(self, item: GenerateItem, prompt_len: int) -> PromptPlan:
