@@ -106,6 +106,11 @@ def test_client_normalized_only_behind_its_field(pi05):
     got = np.asarray(asked["data"][0]["action"]["values"], dtype=np.float32)
     raw = v1_actions_chunk(pi05, frames(), TASK, STATE, seed=3)
     np.testing.assert_allclose(got, policy.action_norm.normalize(raw), atol=SGLANG_TOLERANCE)
+    # SGLang's clients send a normalised state zero-padded (or short): it is padded here too.
+    short = {**flat, "state": normalized[:3], "runtime": {"client_normalized": True}}
+    padded = {**short, "state": [*normalized[:3], 0.0]}
+    chunks = [_generations(pi05, p)["data"][0]["action"]["values"] for p in (short, padded)]
+    assert chunks[0] == chunks[1]
     plain = _generations(pi05, flat)
     unasked = np.asarray(plain["data"][0]["action"]["values"], dtype=np.float32)
     expected = v1_actions_chunk(pi05, frames(), TASK, normalized, seed=3)

@@ -211,18 +211,22 @@ def _first(view: View, *keys: str) -> tuple[Any, str]:
     return next(found, (None, view.prefix + keys[0]))
 
 
-def _state(view: View, policy: ServedPolicy) -> tuple[Any, str]:
+def _state(view: View, policy: ServedPolicy, padded: bool) -> list[float] | None:
+    """The state's floats. `padded`: SGLang's convention, a normalised state zero-padded to the
+    policy's width when shorter (its server pads so)."""
     value, path = _first(view, "state", "observation.state")
     if value is None:
-        return None, path
+        return None
     state = _number_array(value, path).astype(np.float64).reshape(-1)
+    if padded and state.size < policy.state_dim:
+        state = np.concatenate([state, np.zeros(policy.state_dim - state.size)])
     if state.size != policy.state_dim:
         raise RequestError(
             f"has {state.size} values; the policy's state has {policy.state_dim}", path
         )
     if not np.isfinite(state).all():
         raise RequestError("must be finite", path)
-    return state.tolist(), path
+    return state.tolist()
 
 
 def _int(value: Any, path: str) -> int:
@@ -300,6 +304,40 @@ def _rtc(view: View, body: ActionsBody, paths: dict[str, str]) -> None:
             setattr(body, name, _int(value, path))
 
 
+def _client_normalized(view: View, runtime: dict[str, Any]) -> tuple[bool, str]:
+    value, path = runtime.get(CLIENT_NORMALIZED), f"runtime.{CLIENT_NORMALIZED}"
+    if value is None:
+        value, path = _first(view, CLIENT_NORMALIZED)
+    if value is not None and not isinstance(value, bool):
+        raise RequestError("must be true or false", path)
+    return bool(value), path
+
+
+def _reply_form(view: View, params: dict, runtime: dict, default: str) -> tuple[str, str]:
+    """(output_format, response_format), each read where SGLang reads it."""
+    output, path = runtime.get("output_format"), "runtime.output_format"
+    if output is None:
+        output, path = _knob(view, params, "output_format")
+    response = runtime.get("response_format", "envelope")
+    return (
+        _choice(output or default, path, ("list", "numpy")),
+        _choice(response, "runtime.response_format", ("envelope", "raw")),
+    )
+
+
+def _paths(view: View, policy: ServedPolicy, params: dict, cameras: dict[str, str]) -> dict:
+    """The node's field names -> this payload's paths, for errors the node raises later."""
+    paths = {"state": _first(view, "state", "observation.state")[1]}
+    paths["noise"] = _first(view, "noise", "observation.noise")[1]
+    paths["seed"] = _knob(view, params, "seed")[1]
+    paths["num_actions"] = _knob(view, params, "action_horizon")[1]
+    paths["instruction"] = _first(view, "task", "prompt")[1]
+    present = [c for c in policy.cameras if c in cameras]
+    paths.update({f"image_data[{i}]": cameras[c] for i, c in enumerate(present)})
+    paths["image_data"] = view.get("images", (None, "images"))[1]
+    return paths
+
+
 def sglang_ask(payload: Any, policy: ServedPolicy, default_output: str = "list") -> SglangAsk:
     """The node's action request for an SGLang payload; a RequestError names the field.
     `default_output`: the `output_format` when the payload names none (SGLang's msgpack
@@ -308,47 +346,24 @@ def sglang_ask(payload: Any, policy: ServedPolicy, default_output: str = "list")
     _check_keys(view, policy.cameras)
     params, runtime = _tables(payload)
     _check_steps(*_knob(view, params, "num_inference_steps"), policy)
-    images, camera_paths = _images(view, policy)
-    state, state_path = _state(view, policy)
+    normalized, norm_path = _client_normalized(view, runtime)
+    images, cameras = _images(view, policy)
     noise, noise_path = _first(view, "noise", "observation.noise")
     seed, seed_path = _knob(view, params, "seed")
     body = ActionsBody(
         instruction=_task(view),
         image_data=images,
-        state=state,
+        state=_state(view, policy, padded=normalized),
         seed=None if seed is None else _int(seed, seed_path),
         noise=None if noise is None else _number_array(noise, noise_path),
         num_actions=_num_actions(view, params, policy),
     )
-    paths = {"state": state_path, "noise": noise_path, "seed": seed_path}
-    paths["num_actions"] = _knob(view, params, "action_horizon")[1]
-    paths["instruction"] = _first(view, "task", "prompt")[1]
-    present = [c for c in policy.cameras if c in images]
-    paths.update({f"image_data[{i}]": camera_paths[c] for i, c in enumerate(present)})
-    paths["image_data"] = view.get("images", (None, "images"))[1]
+    if normalized and body.state is not None:
+        body.state = policy.raw_state(body.state, norm_path)
+    paths = _paths(view, policy, params, {c: cameras[c] for c in images})
     _rtc(view, body, paths)
     request_id = payload.get("request_id") or payload.get("id")
     if request_id is not None and not isinstance(request_id, str):
         raise RequestError("must be a string", "request_id")
-    output, out_path = runtime.get("output_format"), "runtime.output_format"
-    if output is None:
-        output, out_path = _knob(view, params, "output_format")
-    normalized, norm_path = runtime.get(CLIENT_NORMALIZED), f"runtime.{CLIENT_NORMALIZED}"
-    if normalized is None:
-        normalized, norm_path = _first(view, CLIENT_NORMALIZED)
-    if normalized is not None and not isinstance(normalized, bool):
-        raise RequestError("must be true or false", norm_path)
-    if normalized and body.state is not None:
-        body.state = policy.raw_state(body.state, norm_path)
-    return SglangAsk(
-        body=body,
-        request_id=request_id,
-        output_format=_choice(output or default_output, out_path, ("list", "numpy")),
-        response_format=_choice(
-            runtime.get("response_format", "envelope"),
-            "runtime.response_format",
-            ("envelope", "raw"),
-        ),
-        client_normalized=bool(normalized),
-        paths=paths,
-    )
+    output, response = _reply_form(view, params, runtime, default_output)
+    return SglangAsk(body, request_id, output, response, normalized, paths)
