@@ -10,7 +10,10 @@ the sockets, which stay open) naming the field, with nothing left running and no
 
 from __future__ import annotations
 
+import base64
+import json
 import socket
+from pathlib import Path
 
 import msgpack
 import numpy as np
@@ -38,6 +41,10 @@ MAX_FRAME = 300_000
 TASK = "pick up the red block"
 STATE = [0.1, 1.0, -0.5, 2.0]
 GENERATIONS, REALTIME, OPENPI = "/v1/actions/generations", "/v1/actions/realtime", "/openpi/policy"
+# Written by `python -m vla_server.bench sglang_action --capture ...` (SGLang 0.5.23's client).
+RECORDED = (
+    Path(__file__).parents[1] / "fixtures/client_requests/sglang_action/bench_pi05_openpi.json"
+)
 
 pi0 = module_server(
     lambda: pi0_model_path("pi0", "bare"),
@@ -222,3 +229,43 @@ def test_the_api_key_guards_every_door(pi0):
     for path in (REALTIME, OPENPI):
         with pytest.raises(websockets.exceptions.InvalidHandshake):
             websockets.sync.client.connect(f"ws://127.0.0.1:{pi0.port}{path}").close()
+
+
+def _replay(srv, record: dict) -> np.ndarray:
+    """One recorded request, sent as its client sent it; the chunk as the client reads it."""
+    body = base64.b64decode(record["body_base64"])
+    if record["path"] == OPENPI:
+        url = f"ws://127.0.0.1:{srv.port}{OPENPI}"
+        with websockets.sync.client.connect(url, max_size=None) as ws:
+            ws.recv(timeout=60)
+            ws.send(body)
+            out = msgpack_numpy.unpackb(ws.recv(timeout=60))
+    else:
+        headers = {"Content-Type": record["content_type"], "Accept": record["content_type"]}
+        with srv.client() as c:
+            r = c.post(GENERATIONS, content=body, headers=headers)
+        assert r.status_code == 200, r.text
+        out = (
+            msgpack_numpy.unpackb(r.content) if "msgpack" in r.headers["content-type"] else r.json()
+        )
+    # The client's `_sglang_actions`: the raw dict's `actions`, else the envelope's values.
+    values = out["actions"] if "actions" in out else out["data"][0]["action"]["values"]
+    return np.asarray(values, dtype=np.float32)
+
+
+def _tensor_value(t: dict) -> np.ndarray:
+    return np.asarray(t["values"], dtype=t["dtype"]).reshape(t["shape"])
+
+
+def test_sglang_clients_recorded_requests_get_the_v1_actions_chunk(pi05):
+    records = json.loads(RECORDED.read_text())
+    assert [r["mode"] for r in records] == ["http", "http_msgpack", "openpi_ws"]
+    sent = json.loads(base64.b64decode(records[0]["body_base64"]))["input"]
+    obs = sent["observation"]
+    images = {name: _tensor_value(t) for name, t in obs["images"].items()}
+    state = _tensor_value(obs["state"]).astype(np.float64).tolist()
+    noise = _tensor_value(obs["noise"]).tolist()
+    expected = v1_actions_chunk(pi05, images, sent["task"], state, noise=noise)
+    for record in records:
+        chunk = _replay(pi05, record)
+        np.testing.assert_allclose(chunk, expected, atol=SGLANG_TOLERANCE, err_msg=record["mode"])

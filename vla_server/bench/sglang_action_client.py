@@ -13,6 +13,11 @@ horizon, width), with the client's own image maker and its `--deterministic-nois
 mode sends that noise, and `/v1/actions` is asked for the same observation with the same noise.
 
     python -m vla_server.bench sglang_action [--model-path DIR] [--repeats 4] [--batch-size 2]
+        [--capture tests/fixtures/client_requests/sglang_action/bench_pi05_openpi.json]
+
+With `--capture FILE` the first request of each mode, on 16x16 frames (fixtures stay small), is
+written to FILE as the client's builders and codec make it: the fixture that
+tests/integration/test_sglang_action_api.py replays in CI.
 
 Without --model-path the node serves the tiny pi0.5 (`vla_server.policies.pi0.tiny`).
 """
@@ -53,6 +58,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=2)
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--capture", type=Path, default=None, help="write its request bodies here")
 
 
 def wheel_sources(out: Path) -> tuple[Path, Path]:
@@ -150,6 +156,30 @@ def run_mode(bench: types.ModuleType, mode: str, url: str, sent: list, args: Any
     return bench.run_sglang_http(url, sent, timeout_s=120.0, msgpack=msgpack, **knobs)
 
 
+def capture(bench: types.ModuleType, meta: dict, profile: Any, noise: Any, to: Path) -> None:
+    """The first request of each mode, on small frames, as the client sends it."""
+    rng = np.random.default_rng(0)
+    cameras, state_dim = meta["input"]["image_keys"], meta["input"]["state_dim"]
+    frames = {c: rng.integers(0, 256, (16, 16, 3), dtype=np.uint8) for c in cameras}
+    obs = {"images": frames, "state": rng.random(state_dim, dtype=np.float32)}
+    records = []
+    for mode in MODES:
+        payload = payloads(bench, mode, profile, [obs], noise)[0]
+        msgpack = mode != "http"
+        body = bench.pack_msgpack(payload) if msgpack else json.dumps(payload).encode()
+        records.append(
+            {
+                "tool": "sglang==0.5.23 bench_pi05_openpi.py",
+                "mode": mode,
+                "path": "/openpi/policy" if mode == "openpi_ws" else "/v1/actions/generations",
+                "content_type": "application/msgpack" if msgpack else "application/json",
+                "body_base64": base64.b64encode(body).decode(),
+            }
+        )
+    to.parent.mkdir(parents=True, exist_ok=True)
+    to.write_text(json.dumps(records, indent=1) + "\n")
+
+
 def run(args: argparse.Namespace) -> None:
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -166,6 +196,8 @@ def run(args: argparse.Namespace) -> None:
         noise = rng.standard_normal((profile.sglang_action_horizon, profile.action_dim))
         noise = noise.astype(np.float32)
         expected = v1_actions(node, profile, obs[0], noise)
+        if args.capture is not None:
+            capture(bench, meta, profile, noise, args.capture)
         report = {}
         for mode in MODES:
             sent = payloads(bench, mode, profile, obs, noise)
