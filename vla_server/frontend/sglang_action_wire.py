@@ -152,12 +152,16 @@ def _number_array(value: Any, path: str) -> np.ndarray:
     try:
         if isinstance(value, dict):
             data = value.get("values", value.get("data"))
-            dtype = value.get("dtype")
-            array = np.asarray(data, dtype=np.dtype(dtype) if dtype else None)
+            dtype = np.dtype(value["dtype"]) if value.get("dtype") else None
+            if dtype is not None and dtype.kind not in "biuf":  # before it sizes anything
+                raise RequestError(f"is not a numeric array (dtype {dtype})", path)
+            array = np.asarray(data, dtype=dtype)
             if value.get("shape") is not None:
                 array = array.reshape([int(n) for n in value["shape"]])
         else:
             array = np.asarray(value)
+    except RequestError:
+        raise
     except (TypeError, ValueError, OverflowError):
         raise RequestError("is not a numeric array (or its shape does not fit)", path) from None
     if array.dtype.kind not in "biuf":
