@@ -1,4 +1,5 @@
-"""SGLang's own action client (`bench_pi05_openpi.py` of the sglang 0.5.23 wheel) against a node:
+"""SGLang's own action client (its openpi benchmark, `multimodal_gen/benchmarks/bench_*_openpi.py`
+of the sglang 0.5.23 wheel) against a node:
 its `http`, `http_msgpack` and `openpi_ws` modes, each chunk compared with `/v1/actions`. Not in CI.
 
 The wheel is fetched with pip (`--no-deps`) into --out and the client is loaded from it as it
@@ -13,13 +14,13 @@ horizon, width), with the client's own image maker and its `--deterministic-nois
 mode sends that noise, and `/v1/actions` is asked for the same observation with the same noise.
 
     python -m vla_server.bench sglang_action [--model-path DIR] [--repeats 4] [--batch-size 2]
-        [--capture tests/fixtures/client_requests/sglang_action/bench_pi05_openpi.json]
+        [--tiny NAME] [--capture tests/fixtures/client_requests/sglang_action/FILE.json]
 
 With `--capture FILE` the first request of each mode, on 16x16 frames (fixtures stay small), is
 written to FILE as the client's builders and codec make it: the fixture that
 tests/integration/test_sglang_action_api.py replays in CI.
 
-Without --model-path the node serves the tiny pi0.5 (`vla_server.policies.pi0.tiny`).
+Without --model-path the node serves a tiny denoising checkpoint (`--tiny`, built offline).
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ from __future__ import annotations
 import argparse
 import ast
 import base64
+import dataclasses
 import importlib.util
 import io
 import json
+import re
 import subprocess
 import sys
 import types
@@ -41,9 +44,10 @@ import numpy as np
 from PIL import Image
 
 from vla_harness.server_subprocess import running_server
+from vla_server.policies.registry import DEFAULT_DENOISING_TINY, tiny_checkpoint
 
 WHEEL = "sglang==0.5.23"
-CLIENT = "sglang/multimodal_gen/benchmarks/bench_pi05_openpi.py"
+CLIENT = re.compile(r"sglang/multimodal_gen/benchmarks/bench_\w+_openpi\.py")
 CODEC = "sglang/multimodal_gen/runtime/entrypoints/action/protocol.py"
 CODEC_MODULE = "sglang.multimodal_gen.runtime.entrypoints.action.protocol"
 CODEC_FUNCTIONS = ("pack_numpy_payload", "unpack_numpy_payload", "pack_msgpack", "unpack_msgpack")
@@ -51,7 +55,8 @@ MODES = ("http", "http_msgpack", "openpi_ws")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model-path", default=None, help="checkpoint folder (default: tiny pi0.5)")
+    p.add_argument("--model-path", default=None, help="checkpoint folder (default: --tiny)")
+    p.add_argument("--tiny", default=DEFAULT_DENOISING_TINY, help="a tiny checkpoint's name")
     p.add_argument("--out", type=Path, default=Path("bench_out/sglang_action"))
     p.add_argument("--num-samples", type=int, default=4)
     p.add_argument("--repeats", type=int, default=4)
@@ -70,20 +75,21 @@ def wheel_sources(out: Path) -> tuple[Path, Path]:
         subprocess.run(cmd, check=True)
         wheels = sorted(where.glob("sglang-*.whl"))
     with zipfile.ZipFile(wheels[-1]) as z:
-        for name in (CLIENT, CODEC):
+        client = next(n for n in z.namelist() if CLIENT.fullmatch(n))
+        for name in (client, CODEC):
             z.extract(name, where / "src")
-    return where / "src" / CLIENT, where / "src" / CODEC
+    return where / "src" / client, where / "src" / CODEC
 
 
 def load_client(client: Path, codec: Path) -> types.ModuleType:
-    """`bench_pi05_openpi` as shipped, its codec module made of the wheel's four functions."""
+    """The client module as shipped, its codec module made of the wheel's four functions."""
     tree = ast.parse(codec.read_text())
     keep = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in CODEC_FUNCTIONS]
     shim = types.ModuleType(CODEC_MODULE)
     shim.__dict__["np"] = np
     exec(compile(ast.Module(keep, []), str(codec), "exec"), shim.__dict__)  # the wheel's code
     sys.modules[CODEC_MODULE] = shim
-    spec = importlib.util.spec_from_file_location("bench_pi05_openpi", client)
+    spec = importlib.util.spec_from_file_location(client.stem, client)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there
@@ -93,7 +99,8 @@ def load_client(client: Path, codec: Path) -> types.ModuleType:
 
 def served_profile(bench: types.ModuleType, meta: dict[str, Any]) -> Any:
     out = meta["output"]
-    return bench.Pi05BenchProfile(
+    return dataclasses.replace(  # one of its own profiles, made the served checkpoint's
+        next(iter(bench.PROFILES.values())),
         name="served",
         sglang_model=meta["model"],
         openpi_config="-",
@@ -169,7 +176,7 @@ def capture(bench: types.ModuleType, meta: dict, profile: Any, noise: Any, to: P
         body = bench.pack_msgpack(payload) if msgpack else json.dumps(payload).encode()
         records.append(
             {
-                "tool": "sglang==0.5.23 bench_pi05_openpi.py",
+                "tool": f"{WHEEL} {bench.__name__}.py",
                 "mode": mode,
                 "path": "/openpi/policy" if mode == "openpi_ws" else "/v1/actions/generations",
                 "content_type": "application/msgpack" if msgpack else "application/json",
@@ -185,9 +192,7 @@ def run(args: argparse.Namespace) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     bench = load_client(*wheel_sources(args.out))
     if args.model_path is None:
-        from vla_server.policies.pi0.tiny import pi0_model_path
-
-        args.model_path = str(pi0_model_path("pi05", "bare"))
+        args.model_path = str(tiny_checkpoint(args.tiny))
     with running_server(args.model_path, log_path=args.out / "node.log") as node:
         meta = node.client().get("/v1/actions/metadata").json()
         profile = served_profile(bench, meta)
