@@ -168,7 +168,10 @@ def add_sglang_action_routes(app: FastAPI, node: NodeHandle) -> None:
 
     @app.get(METADATA)
     async def metadata() -> Response:
-        return json_response(action_metadata(node))
+        try:
+            return json_response(action_metadata(node))
+        except RequestError as e:  # a model without actions
+            return _detail(e)
 
     for path, raw in ((REALTIME, False), (OPENPI, True)):
         _add_socket(app, node, path, raw)
@@ -198,7 +201,13 @@ class ActionSocket:
         self.prev_total_ms: float | None = None
 
     async def run(self) -> None:
-        await self.ws.send_bytes(pack(action_metadata(self.node)))
+        try:
+            meta = action_metadata(self.node)
+        except RequestError as e:  # a model without actions: nothing to serve here
+            await self.ws.send_bytes(pack({"error": _problem(e), "detail": _problem(e)}))
+            await self.ws.close(code=1008)
+            return
+        await self.ws.send_bytes(pack(meta))
         while True:
             msg = await self.ws.receive()
             if msg["type"] == "websocket.disconnect":
