@@ -85,40 +85,56 @@ def sglang_chunks(
     knobs: dict[str, Any],
 ) -> dict[str, np.ndarray]:
     """The chunk each SGLang door returns (`knobs`: `seed` or `noise`, in the observation)."""
-    from openpi_client import msgpack_numpy
-    from websockets.sync.client import connect
+    return {
+        **_http_chunks(server, frames, instruction, state, knobs),
+        **_socket_chunks(server, frames, instruction, state, knobs),
+    }
 
+
+def _http_chunks(
+    server: ServerProcess, frames: dict, instruction: str, state: list[float], knobs: dict
+) -> dict[str, np.ndarray]:
+    """JSON (the envelope, SGLang's JSON image encodings) and msgpack (arrays, CHW for the
+    first camera, the raw reply)."""
+    from openpi_client import msgpack_numpy
+
+    observation = {
+        "images": sglang_json_images(frames),
+        "state": sglang_tensor(np.asarray(state, dtype=np.float32)),
+        **_json_knobs(knobs),
+    }
     envelope = {
-        "input": {"task": instruction, "observation": {"images": sglang_json_images(frames)}},
+        "input": {"task": instruction, "observation": observation},
         "parameters": {"num_inference_steps": 10},
         "runtime": {"return_timing": True, "prefix_cache": True},
     }
-    envelope["input"]["observation"]["state"] = sglang_tensor(np.asarray(state, dtype=np.float32))
-    envelope["input"]["observation"].update(_json_knobs(knobs))
-    chunks = {}
+    chw = {n: (f.transpose(2, 0, 1) if i == 0 else f) for i, (n, f) in enumerate(frames.items())}
+    packed = {
+        "input": {"task": instruction, "observation": {"images": chw, "state": np.asarray(state)}},
+        "runtime": {"response_format": "raw"},
+    }
+    packed["input"]["observation"].update(knobs)
     with server.client() as c:
         r = c.post("/v1/actions/generations", json=envelope)
         assert r.status_code == 200, r.text
-        chunks["http"] = np.asarray(r.json()["data"][0]["action"]["values"], dtype=np.float32)
-        # msgpack: arrays as they are, CHW for the first camera; the raw reply.
-        chw = {
-            n: (f.transpose(2, 0, 1) if i == 0 else f) for i, (n, f) in enumerate(frames.items())
-        }
-        packed = {**envelope, "runtime": {"response_format": "raw"}}
-        packed["input"] = {
-            "task": instruction,
-            "observation": {"images": chw, "state": np.asarray(state), **knobs},
-        }
-        r = c.post(
-            "/v1/actions/generations",
-            content=msgpack_numpy.packb(packed),
-            headers={"content-type": "application/msgpack"},
-        )
-        assert r.status_code == 200 and r.headers["content-type"] == "application/msgpack", r.text
-        chunks["http_msgpack"] = np.asarray(msgpack_numpy.unpackb(r.content)["actions"])
+        chunk = np.asarray(r.json()["data"][0]["action"]["values"], dtype=np.float32)
+        headers = {"content-type": "application/msgpack"}
+        r = c.post("/v1/actions/generations", content=msgpack_numpy.packb(packed), headers=headers)
+    assert r.status_code == 200 and r.headers["content-type"] == "application/msgpack", r.text
+    return {"http": chunk, "http_msgpack": np.asarray(msgpack_numpy.unpackb(r.content)["actions"])}
+
+
+def _socket_chunks(
+    server: ServerProcess, frames: dict, instruction: str, state: list[float], knobs: dict
+) -> dict[str, np.ndarray]:
+    """Both WebSockets, the flat form with `observation.images.<camera>` arrays."""
+    from openpi_client import msgpack_numpy
+    from websockets.sync.client import connect
+
     flat = {"task": instruction, "observation.state": np.asarray(state, dtype=np.float32), **knobs}
     flat.update({f"observation.images.{n}": f for n, f in frames.items()})
     auth = {"Authorization": f"Bearer {server.api_key}"} if server.api_key else {}
+    chunks = {}
     for path, name in (("/v1/actions/realtime", "realtime_ws"), ("/openpi/policy", "openpi_ws")):
         url = f"ws://127.0.0.1:{server.port}{path}"
         with connect(url, max_size=None, additional_headers=auth) as ws:
