@@ -174,6 +174,11 @@ class ServerArgs:
     lerobot_obs_queue_timeout: float = _opt(
         2.0, "LeRobot door: seconds GetActions waits for an observation before replying Empty"
     )
+    sglang_action_max_payload_bytes: int = _opt(
+        16 * 1024 * 1024,
+        "SGLang's action WebSockets: a larger frame gets an error reply, the socket stays open "
+        "(frames over --max-request-bytes are refused by the WebSocket layer, which closes it)",
+    )
     openpi_state_keys: list[str] = field(
         default_factory=list,
         metadata={
@@ -308,6 +313,7 @@ class FrontendConfig:
     openpi_state_keys: tuple[str, ...]
     robot_openpi_idle_timeout: float
     robot_openpi_max_payload_bytes: int
+    sglang_action_max_payload_bytes: int
     prompt_convention: str
     host: str  # the address the node's doors bind (HTTP's is LaunchConfig.host, the same flag)
     lerobot_grpc_port: int | None

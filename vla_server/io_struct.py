@@ -115,6 +115,9 @@ class TokenizedGenerateReqInput(_Msg):
     state: Tensor | None = None
     state_position: int | None = None
     guidance: Guidance | None = None  # a denoised chunk guided toward the previous chunk
+    # float32 [chunk_size, head width]: where a denoised chunk starts, given by the caller
+    # (SGLang's `observation.noise`); None: the seeded noise (`model/denoise.initial_noise`).
+    noise: Tensor | None = None
 
 
 class BatchTokenizedGenerateReqInput(_Msg):

@@ -115,5 +115,13 @@ def assert_refused(server: ServerProcess, body: dict[str, Any], field: str) -> N
         r = c.post("/v1/actions", json=body)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["field"] == field, r.text
-    state = internal_state(server)
-    assert state["num_running_reqs"] == 0 and state["kv_pool"]["used"] == 0
+    assert_nothing_left(server)
+
+
+def assert_nothing_left(server: ServerProcess) -> None:
+    """No request pending in the front end or running in the scheduler, and no KV in use."""
+    with server.client() as c:
+        info = c.get("/get_server_info").json()
+    state = info["internal_states"][0]
+    assert info["num_pending_requests"] == 0, info
+    assert state["num_running_reqs"] == 0 and state["kv_pool"]["used"] == 0, state

@@ -15,6 +15,7 @@ BENCHES = {
     "gpu": "vla_server.bench.gpu",
     "fleet": "vla_server.bench.fleet",
     "ecosystem": "vla_server.bench.ecosystem",
+    "sglang_action": "vla_server.bench.sglang_action_client",
     "soak": "vla_server.bench.soak",
     "control": "vla_server.bench.control",
     "flow": "vla_server.bench.flow",

@@ -23,6 +23,7 @@ from vla_server.errors import RequestError
 from vla_server.frontend.common import finish_error
 from vla_server.frontend.generate_request import GenerateItem, parse_sampling
 from vla_server.frontend.guidance_request import guidance_ask
+from vla_server.frontend.noise_request import checked_noise
 from vla_server.frontend.tokenizer_manager import TokenizerManager
 from vla_server.io_struct import RtcOptions
 from vla_server.policies.base import ActionQuery
@@ -52,6 +53,9 @@ class ActionsBody(msgspec.Struct, forbid_unknown_fields=True):
     inference_delay: int | None = None
     execution_horizon: int | None = None  # LeRobot's: where the soft prefix weights end
     rtc: RtcOptions | None = None
+    # A denoised chunk's starting noise [chunk_size, head width] instead of the seed's
+    # (`noise_request.py`).
+    noise: Any = None
 
 
 def _ms(seconds: float) -> float:
@@ -151,6 +155,7 @@ async def action_item(
         relaxed_decoding=body.relaxed_decoding,
         state=prompt.state,
         guidance=guidance,
+        noise=checked_noise(tm, body.noise),
     )
     return tm.sessions.apply(item, robot=True)
 

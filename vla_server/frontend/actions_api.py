@@ -25,6 +25,8 @@ Request (JSON; unknown fields are a 400):
     execution_horizon: int = 10          LeRobot's: where the soft prefix weights reach 0
     rtc: {schedule: "linear", max_guidance_weight: 10, jacobian: "identity"}
                                          see frontend/guidance_request.py
+    noise: [[float]*width]*chunk        a denoised chunk's starting noise (the head's padded
+                                         width) instead of the seed's (noise_request.py)
 
 Reply: {"id", "object": "actions", "model", "unnorm_key", "action_dim", "actions": [[float]*dim],
 "num_actions", "finish_reason", "usage": {prompt_tokens, completion_tokens, cached_tokens},

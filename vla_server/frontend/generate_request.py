@@ -29,7 +29,7 @@ from vla_server.errors import RequestError, from_msgspec
 from vla_server.frontend.field_tables import GENERATE, SAMPLING_PARAMS
 from vla_server.frontend.guidance_request import GuidanceAsk, guidance_ask
 from vla_server.frontend.json_body import check_int_range, decode_json
-from vla_server.io_struct import RtcOptions, SessionParams
+from vla_server.io_struct import RtcOptions, SessionParams, Tensor
 from vla_server.model.sampling import SamplingParams
 
 
@@ -74,6 +74,7 @@ class GenerateItem:
     relaxed_decoding: bool = False  # a token chunk: LeRobot's pad/truncate decoding
     state: list[float] | None = None  # raw robot state that rides beside the prompt
     guidance: GuidanceAsk | None = None  # real-time chunking toward the previous chunk
+    noise: Tensor | None = None  # a denoised chunk's starting noise (`noise_request.py`)
 
     def deadline_at(self, received: float) -> float | None:
         """Seconds since the epoch by which the request must finish: `deadline_ms` after

@@ -34,6 +34,7 @@ from vla_server.frontend.node_handle import NodeHandle
 from vla_server.frontend.openai_api import add_openai_routes
 from vla_server.frontend.openpi_policy import add_openpi_routes
 from vla_server.frontend.robot_socket import add_robot_socket_route
+from vla_server.frontend.sglang_action_api import add_sglang_action_routes
 from vla_server.frontend.stream_output import stream_shaper
 from vla_server.frontend.tokenizer_manager import ClientDisconnected, TokenizerManager
 from vla_server.model.sampling import SamplingParams
@@ -91,6 +92,7 @@ def create_app(node: NodeHandle) -> FastAPI:
     add_actions_routes(app, node)
     add_openpi_routes(app, node)
     add_robot_socket_route(app, node)
+    add_sglang_action_routes(app, node)
     add_control_routes(app, node.tokenizer_manager)
     return app
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -72,18 +73,38 @@ def _metadata(node: NodeHandle, cfg: OpenpiConfig) -> dict[str, Any]:
     return meta
 
 
-async def infer(tm: TokenizerManager, body: ActionsBody) -> dict[str, Any]:
+@dataclass
+class Inference:
+    """One action query's outcome: its actions, its times and its last meta (usage)."""
+
+    rid: str
+    actions: np.ndarray  # float64 [n, action_dim]
+    timing: ActionTiming
+    meta: dict[str, Any]
+
+
+async def infer_actions(tm: TokenizerManager, body: ActionsBody, request: Any = None) -> Inference:
+    """Run one action query to its end (every door that replies once per query); `request`: an
+    HTTP request whose client going away aborts the query."""
     timing = ActionTiming()
     actions: list[list[float]] = []
+    meta: dict[str, Any] = {}
     item = await action_item(tm, body, timing)
-    async for update in stream_actions(tm, item, timing):
+    async for update in stream_actions(tm, item, timing, request):
         actions += update.actions
+        meta = update.meta
         # A chunk ends at its token budget, at a stop token, or when it is denoised: anything
         # else is early.
         done = ("length", "stop", "actions")
         if update.finished and update.meta["finish_reason"]["type"] not in done:
             raise ActionFailed(f"the query ended early: {update.meta['finish_reason']}")
-    return {"actions": np.asarray(actions, dtype=np.float64), "policy_timing": timing.to_json()}
+    return Inference(item.rid, np.asarray(actions, dtype=np.float64), timing, meta)
+
+
+async def infer(tm: TokenizerManager, body: ActionsBody) -> dict[str, Any]:
+    """openpi's reply fields of one action query."""
+    out = await infer_actions(tm, body)
+    return {"actions": out.actions, "policy_timing": out.timing.to_json()}
 
 
 async def _reply(tm: TokenizerManager, cfg: OpenpiConfig, frame: bytes) -> dict[str, Any]:

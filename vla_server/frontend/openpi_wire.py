@@ -4,7 +4,9 @@ A numpy array travels as the map `{b"__ndarray__": True, b"data": raw bytes, b"d
 dtype.str, b"shape": [...]}` and a numpy scalar as `{b"__npgeneric__": True, b"data": value,
 b"dtype": dtype.str}`; everything else is plain msgpack. Decoding trusts nothing: only bool,
 integer, float and fixed-width string dtypes are rebuilt (an object dtype over raw bytes would be
-pointers), and the byte count must match the shape.
+pointers), and the byte count must match the shape. The markers and their fields are read as
+bin (openpi's) or str keys (SGLang's `unpack_msgpack` accepts both, so its clients may send
+either).
 """
 
 from __future__ import annotations
@@ -47,9 +49,13 @@ def _dtype(text: Any) -> np.dtype:
     return dtype
 
 
+def _get(d: dict[Any, Any], name: bytes) -> Any:
+    return d[name] if name in d else d.get(name.decode())
+
+
 def _array(d: dict[Any, Any]) -> np.ndarray:
-    dtype = _dtype(d.get(b"dtype"))
-    shape, data = d.get(b"shape"), d.get(b"data")
+    dtype = _dtype(_get(d, b"dtype"))
+    shape, data = _get(d, b"shape"), _get(d, b"data")
     if not isinstance(shape, list | tuple) or not all(
         isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape
     ):
@@ -61,10 +67,10 @@ def _array(d: dict[Any, Any]) -> np.ndarray:
 
 
 def _object_hook(d: dict[Any, Any]) -> Any:
-    if _ARRAY in d:
+    if _get(d, _ARRAY):
         return _array(d)
-    if _SCALAR in d:
-        return _dtype(d.get(b"dtype")).type(d.get(b"data"))
+    if _get(d, _SCALAR):
+        return _dtype(_get(d, b"dtype")).type(_get(d, b"data"))
     return d
 
 

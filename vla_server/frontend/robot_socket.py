@@ -60,7 +60,7 @@ def policy_server_config(tm: TokenizerManager, cfg: OpenpiConfig) -> dict[str, A
     cameras = list(policy.robot_io.cameras) if policy.robot_io else []
     wrist = [c for c in cameras if "wrist" in c]
     return {
-        "image_resolution": _model_image_size(tm),
+        "image_resolution": model_image_size(tm),
         "n_external_cameras": len(cameras) - len(wrist),
         "needs_wrist_camera": bool(wrist),
         "needs_stereo_camera": False,
@@ -74,7 +74,7 @@ def policy_server_config(tm: TokenizerManager, cfg: OpenpiConfig) -> dict[str, A
     }
 
 
-def _model_image_size(tm: TokenizerManager) -> list[int] | None:
+def model_image_size(tm: TokenizerManager) -> list[int] | None:
     """[height, width] of the images the model sees (what the preprocessor makes of a frame)."""
     if tm.mm.pipeline is None:
         return None

@@ -292,7 +292,7 @@ class TokenizerManager:
         multimodal front end."""
         cfg = self.config
         import_plugins(cfg.checkpoint.policy_plugins)
-        family = from_info(info)
+        self.family = family = from_info(info)  # its head's shapes: `noise_request.py`
         self.tokenizer = checkpoint_tokenizer(family, cfg.checkpoint.tokenizer_path)
         self.info = info
         self.limits = ModelLimits(info.vocab_size, info.hidden_size, info.context_len)
@@ -354,6 +354,7 @@ class TokenizerManager:
             state=None if plan.state is None else Tensor.from_numpy(plan.state),
             state_position=plan.state_position,
             guidance=wire_guidance(item.guidance, self.policy, item.num_actions),
+            noise=item.noise,
         )
 
     def _plan(self, item: GenerateItem, prompt_len: int) -> PromptPlan:

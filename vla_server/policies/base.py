@@ -191,6 +191,25 @@ class GuidedFrontend(Protocol):
         ...
 
 
+@runtime_checkable
+class StatisticsFrontend(Protocol):
+    """A front end whose family normalises the robot state and the actions with the checkpoint's
+    statistics. Its hooks let a door speak a client-normalised convention (SGLang's action API:
+    normalised state in, normalised actions out) on top of the node's own."""
+
+    def raw_state(self, normalized: np.ndarray) -> np.ndarray:
+        """A normalised state [state_dim] back in robot units."""
+        ...
+
+    def normalized_actions(self, actions: np.ndarray) -> np.ndarray:
+        """Actions in robot units [n, action_dim], normalised as the head produced them."""
+        ...
+
+    def normalization_modes(self) -> dict[str, str]:
+        """The statistics' modes, e.g. {"state": "MEAN_STD", "actions": "QUANTILES"}."""
+        ...
+
+
 @dataclass(frozen=True)
 class PromptLayout:
     """How a plain prompt (`POST /generate` text with images) is written for a family, and

@@ -33,7 +33,10 @@ class DenoiseState:
 
     @classmethod
     def create(cls, spec: Denoise, msg: TokenizedGenerateReqInput) -> DenoiseState:
-        noise = initial_noise(msg.sampling_params.random_seed, spec.chunk_size, spec.width)
+        if msg.noise is not None:  # checked against the head's shape by the front end
+            noise = msg.noise.to_torch().float()[None]
+        else:
+            noise = initial_noise(msg.sampling_params.random_seed, spec.chunk_size, spec.width)
         state = None if msg.state is None else msg.state.to_torch()[None].float()
         return cls(noise, state, spec.times, noise.clone(), guide=_guide(spec, msg.guidance))
 

@@ -103,3 +103,18 @@ class FlowActionPolicy:
             "cameras": list(self.spec.cameras),
             "state_dim": self.spec.state_dim,
         }
+
+
+class FlowStatistics:
+    """`policies.base.StatisticsFrontend` for a front end holding a FlowActionPolicy."""
+
+    policy: FlowActionPolicy
+
+    def raw_state(self, normalized: np.ndarray) -> np.ndarray:
+        return self.policy.state_norm.unnormalize(normalized)
+
+    def normalized_actions(self, actions: np.ndarray) -> np.ndarray:
+        return self.policy.action_norm.normalize(actions)
+
+    def normalization_modes(self) -> dict[str, str]:
+        return {"state": self.policy.state_norm.mode, "actions": self.policy.action_norm.mode}

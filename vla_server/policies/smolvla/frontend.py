@@ -27,12 +27,12 @@ import numpy as np
 from vla_server.errors import RequestError
 from vla_server.io_struct import ModelInfo
 from vla_server.policies.base import ActionAsk, ActionQuery, PromptPlan, check_chunk_share
-from vla_server.policies.pi_common.flow_actions import FlowActionPolicy
+from vla_server.policies.pi_common.flow_actions import FlowActionPolicy, FlowStatistics
 from vla_server.policies.pi_common.frontend import PiFrontend
 from vla_server.policies.pi_common.policy_inputs import checked_state
 
 
-class SmolVLAFrontend(PiFrontend):
+class SmolVLAFrontend(FlowStatistics, PiFrontend):
     allow_fewer_cameras = True
 
     def __init__(self, tokenizer: Any, info: ModelInfo, policy: FlowActionPolicy, newline: bool):
