@@ -25,7 +25,7 @@ BAG = Path(__file__).resolve().parents[1] / "data/aloha_transfer_cube_10hz"
 OK, ERROR = diagnostic_msgs.msg.DiagnosticStatus.OK, diagnostic_msgs.msg.DiagnosticStatus.ERROR
 FRAME_SEC = 1_000_000  # frame stamps count up from here, on_late commands' too
 NOW_SEC = 1_500_000_000  # any wall-clock stamp of this decade is above this
-STATUSES = 4  # camera input, inference server, requests, latency
+STATUSES = 5  # camera input, inference server, requests, latency, control loop
 # Latency budgets no machine misses: a cold request on a slow, shared box would otherwise hold
 # the latency status at WARN (P99 over the window) or ERROR (a deadline miss), and a miss would
 # send the same on_late zero command the fault must cause. Only the fault drives the levels.
