@@ -11,6 +11,7 @@ import pytest
 from ros_bridge.chunk_executor import ChunkArrival, ExecutorCounters
 from ros_bridge.compat import builtin_interfaces, trajectory_msgs
 from ros_bridge.sim.run_sim import SimConfig, bridge_params
+from ros_bridge.sim.sim_compare import min_after_first, plot, table
 from ros_bridge.sim.sim_log import (
     CommandMailbox,
     FrameRecord,
@@ -59,7 +60,8 @@ def test_mailbox_pairs_a_step_with_the_command_for_its_time_and_drops_stale_ones
     assert taken is not None and taken.values == (1.0,)
 
 
-def test_report_counts_add_up_and_the_jump_is_the_largest_target_step() -> None:
+def tiny_run() -> SimRun:
+    """Five steps: a hold, two chunk steps from different chunks, a hold, a chunk step."""
     log = SimLog(["a", "b"])
     targets = [[0.0, 0.0], [0.1, 0.0], [0.1, -0.3], [0.1, -0.3], [0.15, -0.3]]
     kinds = [Kind.LATE, Kind.CHUNK, Kind.CHUNK, Kind.LATE, Kind.CHUNK]
@@ -68,7 +70,7 @@ def test_report_counts_add_up_and_the_jump_is_the_largest_target_step() -> None:
         began = n * 20_000_000 + (7_000_000 if n == 2 else 0)  # step 2 began 7 ms late
         log.steps.append(StepRecord(n * 20_000_000, began, kind, source, np.array(target)))
     log.frames.append(FrameRecord(0, 3_000_000))
-    run = SimRun(
+    return SimRun(
         setup={"rate_hz": 50.0},
         log=log,
         monitor_counters={"deadline_misses": 0},
@@ -78,7 +80,10 @@ def test_report_counts_add_up_and_the_jump_is_the_largest_target_step() -> None:
         unmatched_commands=0,
         interrupted=False,
     )
-    r = build_report(run)
+
+
+def test_report_counts_add_up_and_the_jump_is_the_largest_target_step() -> None:
+    r = build_report(tiny_run())
     assert (r["steps"], r["actions_applied"], r["holds"], r["late_commands"]) == (5, 3, 2, 2)
     assert r["control_rate_hz"] == pytest.approx(50.0)
     assert r["step_lateness_ms"] == {"p50": 0.0, "p99": pytest.approx(6.72), "max": 7.0}
@@ -118,3 +123,16 @@ def test_sim_takes_unnorm_key_directly() -> None:
     assert config_from(ns).params == {"unnorm_key": "aloha"}
     ns = parser.parse_args(["--server-url", "u", "--report", "r.json"])
     assert "unnorm_key" not in config_from(ns).params
+
+
+def test_reports_side_by_side_as_a_table_and_a_plot(tmp_path) -> None:
+    r = build_report(tiny_run())
+    text = table({"rtc": r, "ensemble": r})
+    head, _, *rows = text.splitlines()
+    assert head.startswith("| run | actions applied / steps |") and len(rows) == 2
+    assert rows[0].startswith("| rtc | 3 / 5 | 1 | 0 |")
+    assert min_after_first(r) is None  # a 0.08 s run has no whole second after the first
+    long = {**r, "seconds": 4.0, "actions_applied_per_second": [0, 12, 50, 7, 50]}
+    assert min_after_first(long) == 7
+    plot({"rtc": r, "ensemble": r}, tmp_path / "compare.png")
+    assert (tmp_path / "compare.png").read_bytes()[:4] == b"\x89PNG"
