@@ -1,7 +1,8 @@
 """LeRobot 0.6.1's `RobotClient`, replayed: the gRPC calls it made against the LeRobot door on
-the tiny pi0 and pi0.5 (`tests/fixtures/lerobot_grpc/<kind>.json`, recorded by `python -m
-vla_server.bench lerobot-client --fixtures tests/fixtures/lerobot_grpc`, which runs the real
-client in LeRobot's own venv; CI has no such venv, so this replay is what CI runs).
+the tiny pi0 and pi0.5 for an SO-100-like arm (two cameras, a 6-dim state and action;
+`tests/fixtures/lerobot_grpc/<name>.json`, recorded by `python -m vla_server.bench
+lerobot-client --fixtures tests/fixtures/lerobot_grpc`, which runs the real client in LeRobot's
+own venv; CI has no such venv, so this replay is what CI runs).
 
 The calls are sent again, byte for byte, in the order they started. Each observation the live
 run got a chunk for is followed by `GetActions` here, and must get the same chunk again
@@ -35,18 +36,18 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "lerobot_grpc"
 REFERENCE_CHUNKS = 3  # also compared with /v1/actions (each is one more query)
 
 
-def load(kind: str) -> dict:
-    return json.loads((FIXTURES / f"{kind}.json").read_text())
+def load(name: str) -> dict:
+    return json.loads((FIXTURES / f"{name}.json").read_text())
 
 
-@pytest.fixture(scope="module", params=["pi0", "pi05"])
+@pytest.fixture(scope="module", params=["pi0-so100", "pi05-so100"])
 def replay(request, tmp_path_factory):
-    kind = request.param
-    fixture = load(kind)
+    name = request.param
+    fixture = load(name)
     port = free_port()
     flags = ("--lerobot-grpc-port", str(port), "--served-model-name", fixture["served_model_name"])
     flags += ("--lerobot-obs-queue-timeout", "0.5", "--lerobot-fps", str(fixture["fps"]))
-    with run_server(tiny_checkpoint(fixture["tiny"]), tmp_path_factory.mktemp(kind), *flags) as srv:
+    with run_server(tiny_checkpoint(fixture["tiny"]), tmp_path_factory.mktemp(name), *flags) as srv:
         yield fixture, srv, port
 
 
@@ -68,7 +69,9 @@ def test_the_recorded_client_gets_the_same_chunks_again(replay):
     calls = fixture["calls"]
     live = live_chunks(calls)
     assert fixture["versions"]["lerobot"] == "0.6.1" and len(live) >= 10
-    state_names = [f"j{i}.pos" for i in range(fixture["robot"]["state_dim"])]
+    robot = fixture["robot"]
+    assert (robot["state_dim"], robot["action_dim"], len(robot["cameras"])) == (6, 6, 2)
+    state_names = [f"{j}.pos" for j in robot["joints"]]
     replayed = 0
     with RawClient(port) as c:
         c.ready()

@@ -4,9 +4,11 @@
         [--out bench_out/lerobot_client] [--fixtures tests/fixtures/lerobot_grpc]
 
 For each tiny folder (default: `registry.LEROBOT_CLIENT_TINIES`, types LeRobot's own
-policy_server serves): a node with `--lerobot-grpc-port`, and LeRobot's client (in
-LeRobot's own venv, `vla_harness.lerobot_env`, built on first use) on a hardware-free robot
-with the policy's cameras and state for `--seconds` (`lerobot_client_script.py`). Then every
+policy_server serves, for an SO-100-like arm): a node with `--lerobot-grpc-port`, and
+LeRobot's client (in LeRobot's own venv, `vla_harness.lerobot_env`, built on first use) for
+`--seconds` on a hardware-free robot that follows the policy's features
+(`lerobot_client_script.py`): its cameras, as many joints as its state (an SO-100's names for a
+6-dim state, `j0`, `j1`, ... otherwise), the first ones driven by its actions. Then every
 chunk the client received must equal `POST /v1/actions` on its observation under the door's
 noise rule (within 1e-5), follow LeRobot's timesteps and timestamps, and the client must have
 merged overlapping chunks (its aggregation ran). Writes `<name>.json` (the numbers) under
@@ -36,6 +38,7 @@ from vla_server.bench.lerobot_check import (
     reference_body,
     timing_problems,
 )
+from vla_server.policies.demo_robots import SO100_JOINTS
 from vla_server.policies.registry import LEROBOT_CLIENT_TINIES, tiny_checkpoint
 
 SCRIPT = Path(__file__).with_name("lerobot_client_script.py")
@@ -51,6 +54,18 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tiny", nargs="+", default=list(LEROBOT_CLIENT_TINIES))
     p.add_argument("--out", type=Path, default=Path("bench_out/lerobot_client"))
     p.add_argument("--fixtures", type=Path, default=None, help="write replay fixtures here")
+
+
+def mock_joints(state_dim: int) -> list[str]:
+    """The mock robot's joints: an SO-100's for a 6-dim state, `j<i>` otherwise."""
+    if state_dim == len(SO100_JOINTS):
+        return list(SO100_JOINTS)
+    return [f"j{i}" for i in range(state_dim)]
+
+
+def state_names(robot: dict[str, Any]) -> list[str]:
+    """The robot's observation keys, in state order."""
+    return [f"{j}.pos" for j in robot["joints"]]
 
 
 def served_name(tiny: str) -> str:
@@ -71,6 +86,7 @@ def client_args(port: int, tiny: str, seconds: float, robot: dict[str, Any]) -> 
         f"--state_dim={robot['state_dim']}",
         f"--action_dim={robot['action_dim']}",
         f"--cameras={','.join(robot['cameras'])}",
+        f"--joints={','.join(robot['joints'])}",
         f"--actions_per_chunk={ACTIONS_PER_CHUNK}",
         f"--fps={FPS}",
     ]
@@ -87,21 +103,23 @@ def run_tiny(python: Path, tiny: str, seconds: float, work: Path) -> dict[str, A
             "state_dim": info["robot"]["state_dim"],
             "action_dim": info["actions"]["action_dim"],
             "cameras": info["robot"]["cameras"],
+            "joints": mock_joints(info["robot"]["state_dim"]),
         }
         out = work / "client.json"
         run_script(python, SCRIPT, [out, *client_args(port, tiny, seconds, robot)], cwd=work)
         recording = json.loads(out.read_text())
         with server.client() as c:
-            checked = check_recording(c, recording, info["robot"]["chunk_size"])
+            checked = check_recording(c, recording, robot, info["robot"]["chunk_size"])
     return {"tiny": tiny, "robot": robot, **checked, "recording": recording}
 
 
-def check_recording(c: httpx.Client, recording: dict[str, Any], chunk_size: int) -> dict:
+def check_recording(
+    c: httpx.Client, recording: dict[str, Any], robot: dict[str, Any], chunk_size: int
+) -> dict:
     """Every chunk the client received vs `/v1/actions`, and LeRobot's timing rules."""
     calls = recording["calls"]
     observations = [observation_of(x) for x in calls if x["method"] == "SendObservations"]
     sent = {key(o): o for o in observations}
-    state_names = [f"j{i}.pos" for i in range(recording["config"]["state_dim"])]
     length = min(ACTIONS_PER_CHUNK, chunk_size)
     diffs, problems = [], []
     for call in calls:
@@ -112,7 +130,7 @@ def check_recording(c: httpx.Client, recording: dict[str, Any], chunk_size: int)
             continue
         obs = sent[(chunk.timesteps[0], chunk.timestamps[0])]
         problems += timing_problems(chunk, obs, FPS, length)
-        r = c.post("/v1/actions", json=reference_body(obs, state_names))
+        r = c.post("/v1/actions", json=reference_body(obs, state_names(robot)))
         r.raise_for_status()
         expected = np.asarray(r.json()["actions"], dtype=np.float32)[:length]
         diffs.append(float(np.abs(chunk.actions - expected).max()))

@@ -4,9 +4,11 @@ message and every chunk it receives.
 
     python lerobot_client_script.py OUT.json --server_address=127.0.0.1:PORT \\
         --policy_type=TYPE --pretrained_name_or_path=NAME --task=TASK --seconds=30 \\
-        --state_dim=4 --action_dim=3 --actions_per_chunk=50 --fps=30
+        --state_dim=6 --action_dim=6 --actions_per_chunk=50 --fps=30 \\
+        [--joints=shoulder_pan,...] [--cameras=front,wrist]
 
-The robot (`MockRobot`): `state_dim` joints `j<i>.pos` (the first `action_dim` follow the
+The robot (`MockRobot`): `state_dim` joints (`--joints`, default `j0`, `j1`, ...; observed and
+commanded as `<joint>.pos`, as LeRobot's arms name them; the first `action_dim` follow the
 actions it is sent, the others drift), and cameras (`--cameras`, default `front,wrist`; the
 stock client sends no `rename_map`, so they are named as the policy's) rendering a smooth
 pattern that moves with the frame count. The client is LeRobot's, unchanged; the script only
@@ -46,6 +48,11 @@ class MockRobotConfig(RobotConfig):
     height: int = 24
     width: int = 32
     camera_names: tuple[str, ...] = field(default=CAMERAS)
+    joint_names: tuple[str, ...] = ()  # default: j0, j1, ...
+
+    @property
+    def joints(self) -> tuple[str, ...]:
+        return self.joint_names or tuple(f"j{i}" for i in range(self.state_dim))
 
 
 class MockRobot(Robot):
@@ -62,12 +69,12 @@ class MockRobot(Robot):
     @property
     def observation_features(self) -> dict:
         shape = (self.config.height, self.config.width, 3)
-        joints = {f"j{i}.pos": float for i in range(self.config.state_dim)}
+        joints = {f"{j}.pos": float for j in self.config.joints}
         return {**joints, **dict.fromkeys(self.config.camera_names, shape)}
 
     @property
     def action_features(self) -> dict:
-        return {f"j{i}.pos": float for i in range(self.config.action_dim)}
+        return {f"{j}.pos": float for j in self.config.joints[: self.config.action_dim]}
 
     is_connected = property(lambda self: True)
     is_calibrated = property(lambda self: True)
@@ -81,7 +88,8 @@ class MockRobot(Robot):
         self.frame += 1
         for i in range(self.config.action_dim, self.config.state_dim):
             self.positions[i] = math.sin(0.05 * self.frame + i)
-        obs: dict[str, Any] = {f"j{i}.pos": float(v) for i, v in enumerate(self.positions)}
+        pairs = zip(self.config.joints, self.positions, strict=True)
+        obs: dict[str, Any] = {f"{j}.pos": float(v) for j, v in pairs}
         h, w = self.config.height, self.config.width
         y, x = np.mgrid[0:h, 0:w]
         for k, cam in enumerate(self.config.camera_names):
@@ -90,8 +98,8 @@ class MockRobot(Robot):
         return obs
 
     def send_action(self, action: dict[str, Any]) -> dict[str, Any]:
-        for i in range(self.config.action_dim):
-            self.positions[i] = float(action[f"j{i}.pos"])
+        for i, joint in enumerate(self.config.joints[: self.config.action_dim]):
+            self.positions[i] = float(action[f"{joint}.pos"])
         self.executed += 1
         return action
 
@@ -159,14 +167,19 @@ def main() -> None:
     for name, kind in (("server_address", str), ("policy_type", str), ("task", str),
                        ("pretrained_name_or_path", str), ("seconds", float), ("state_dim", int),
                        ("action_dim", int), ("actions_per_chunk", int), ("fps", int),
-                       ("aggregate_fn_name", str), ("cameras", str)):  # fmt: skip
-        p.add_argument(
-            f"--{name}", type=kind, required=name not in ("aggregate_fn_name", "cameras")
-        )
+                       ("aggregate_fn_name", str), ("cameras", str), ("joints", str)):  # fmt: skip
+        optional = ("aggregate_fn_name", "cameras", "joints")
+        p.add_argument(f"--{name}", type=kind, required=name not in optional)
     args = p.parse_args()
     cameras = tuple(args.cameras.split(",")) if args.cameras else CAMERAS
+    joints = tuple(args.joints.split(",")) if args.joints else ()
+    if joints and len(joints) != args.state_dim:
+        raise SystemExit(f"--joints names {len(joints)} joints, --state_dim is {args.state_dim}")
     robot_cfg = MockRobotConfig(
-        state_dim=args.state_dim, action_dim=args.action_dim, camera_names=cameras
+        state_dim=args.state_dim,
+        action_dim=args.action_dim,
+        camera_names=cameras,
+        joint_names=joints,
     )
     cfg = RobotClientConfig(
         policy_type=args.policy_type,

@@ -72,8 +72,9 @@ def default_checkpoint() -> Path:
 # The tiny checkpoint a denoising benchmark runs when none is named.
 DEFAULT_DENOISING_TINY = "pi0"
 # The tiny checkpoints LeRobot's async-inference client is run against (`bench lerobot-client`):
-# policy types LeRobot 0.6.1's own policy_server serves.
-LEROBOT_CLIENT_TINIES = ("pi0", "pi05")
+# policy types LeRobot 0.6.1's own policy_server serves, for an SO-100-like arm (two cameras, a
+# 6-dim state and action; `demo_robots.py`).
+LEROBOT_CLIENT_TINIES = ("pi0-so100", "pi05-so100")
 
 
 def tiny_checkpoints() -> dict[str, Callable[[], Path]]:

@@ -33,7 +33,9 @@ class Pi0Family(PiFamily):
         from vla_server.policies.pi0.tiny import KINDS, pi0_model_path, rtc_model_path
 
         tiny = {kind: partial(pi0_model_path, kind, "bare") for kind in KINDS}
-        return tiny | {f"{kind}-rtc": partial(rtc_model_path, kind) for kind in KINDS}
+        so100 = {f"{kind}-so100": partial(pi0_model_path, kind, "bare", robot="so100")
+                 for kind in KINDS}  # fmt: skip
+        return tiny | so100 | {f"{kind}-rtc": partial(rtc_model_path, kind) for kind in KINDS}
 
     @classmethod
     def describe_config(cls, folder: Path, raw: dict[str, Any]) -> dict[str, Any]:

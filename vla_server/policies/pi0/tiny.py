@@ -8,7 +8,9 @@ expert is a Gemma of width 32, MLP 64 and the backbone's depth and heads, descri
 `dit_config` (transformers' `PI0Config.dit_config`); chunks of 4, 10 Euler steps. Weights are
 drawn with a fixed seed and a wide spread, so outputs are not near 0. `rtc_model_path(kind)`:
 the variant real-time chunking is tested on (a chunk of 50, the flow matrices at half the
-spread; see `RTC_FLOW_SPREAD`).
+spread; see `RTC_FLOW_SPREAD`). `pi0_model_path(kind, "bare", robot="so100")`: the same model
+for an SO-100-like arm (cameras `front` and `wrist`, a 6-dim state and action: 5 joints and the
+gripper, statistics over the arm's ranges), what LeRobot's client is run against.
 
 Layouts (`pi0_model_path(kind, layout)`):
 
@@ -35,6 +37,7 @@ from vla_server.policies.pi0.flow_keys import EXPERT_LM_HEAD, EXPERT_PREFIX, HEA
 from vla_server.policies.pi_common.tiny_paligemma import (
     FAST_VOCAB,
     IMAGE_SIZE,
+    ROBOTS,
     SKIP,
     TEXT_BPE,
     TINY_ROBOT,
@@ -198,20 +201,25 @@ def build_pi0(
 
 
 def pi0_model_path(
-    kind: str, layout: str, seed: int = 0, chunk: int = CHUNK, spread: float = FLOW_SPREAD
-) -> Path:
+    kind: str, layout: str, seed: int = 0, chunk: int = CHUNK, spread: float = FLOW_SPREAD,
+    robot: str = "tiny",
+) -> Path:  # fmt: skip
     """The tiny pi0 ("pi0") or pi0.5 ("pi05") folder in `layout`, built into the checkpoint
-    cache on first use; `chunk`: its chunk size, `spread`: the std of its flow matrices."""
-    if kind not in KINDS or layout not in LAYOUTS:
+    cache on first use; `chunk`: its chunk size, `spread`: the std of its flow matrices,
+    `robot`: the robot it is for (`tiny_paligemma.ROBOTS`: "tiny", the shared tiny one, or
+    "so100", an SO-100-like arm with two cameras and a 6-dim state and action)."""
+    if kind not in KINDS or layout not in LAYOUTS or robot not in ROBOTS:
         raise ValueError(
-            f"unknown kind {kind!r} or layout {layout!r} (kinds: {', '.join(KINDS)}; "
-            f"layouts: {', '.join(LAYOUTS)})"
+            f"unknown kind {kind!r}, layout {layout!r} or robot {robot!r} (kinds: "
+            f"{', '.join(KINDS)}; layouts: {', '.join(LAYOUTS)}; robots: {', '.join(ROBOTS)})"
         )
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
     name = f"tiny-{kind}-v{VERSION}-{layout}-{seed}" + ("" if chunk == CHUNK else f"-chunk{chunk}")
     name += "" if spread == FLOW_SPREAD else f"-spread{spread}"
-    return cached_folder(name, lambda out: build_pi0(out, kind, layout, seed, chunk, spread))
+    name += "" if robot == "tiny" else f"-{robot}"
+    build = lambda out: build_pi0(out, kind, layout, seed, chunk, spread, ROBOTS[robot])  # noqa: E731
+    return cached_folder(name, build)
 
 
 def rtc_model_path(kind: str) -> Path:

@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from vla_server.policies.demo_robots import SO100_CAMERAS, so100_stats
+
 CAMERAS = ("base_0_rgb", "wrist_0_rgb")
 STATE_DIM, ACTION_DIM, CHUNK = 4, 3, 4
 FAST_VOCAB, SKIP, TEXT_BPE = 256, 8, 320
@@ -57,6 +59,11 @@ class TinyRobot:
 
 
 TINY_ROBOT = TinyRobot()
+# An SO-100-like arm (`demo_robots.py`): two cameras, 5 joints and the gripper as the state and
+# as the action, mean-std at a sixth of each joint's range.
+SO100_ROBOT = TinyRobot(SO100_CAMERAS, so100_stats(), so100_stats())
+# The robots a tiny checkpoint can be built for, by the name its folder carries.
+ROBOTS = {"tiny": TINY_ROBOT, "so100": SO100_ROBOT}
 
 
 def vlm_config(vocab_size: int) -> dict[str, Any]:
