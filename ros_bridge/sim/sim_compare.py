@@ -75,6 +75,7 @@ def plot(reports: dict[str, dict[str, Any]], path: Path) -> None:
     bars.set(ylabel="joint units", title="how consecutive chunks meet")
     bars.legend()
     seconds.set(xlabel="second of the run", ylabel="actions applied", title="actions per second")
+    seconds.set_ylim(bottom=0)
     seconds.legend()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
