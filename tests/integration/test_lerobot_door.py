@@ -12,6 +12,7 @@ import grpc
 import numpy as np
 import pytest
 
+from tests.support.hostile_pickles import EvalCall, SystemCall
 from tests.support.images import png_base64, random_rgb
 from tests.support.lerobot_wire import RawClient, chunks, lerobot_pickle
 from tests.support.server import (
@@ -135,28 +136,13 @@ def test_lerobots_queue_rules(server):
         assert chunk(c.get_actions())[0].timestep == 8
 
 
-class _System:
-    def __init__(self, marker: str):
-        self.marker = marker
-
-    def __reduce__(self):
-        import os
-
-        return (os.system, (f"touch {self.marker}",))
-
-
-class _Eval:
-    def __reduce__(self):
-        return (eval, ("__import__('os').getpid()",))
-
-
 def hostile_pickles(marker: str) -> dict[str, bytes]:
     import pickle
     from collections import Counter
 
     return {
-        "posix.system": pickle.dumps(_System(marker)),
-        "builtins.eval": pickle.dumps(_Eval()),
+        "posix.system": pickle.dumps(SystemCall(marker)),
+        "builtins.eval": pickle.dumps(EvalCall()),
         "collections.Counter": pickle.dumps(Counter("ab")),
     }
 
@@ -176,7 +162,7 @@ def test_hostile_pickles_are_refused_logged_and_never_run(server, tmp_path):
                 assert e.code() == grpc.StatusCode.INVALID_ARGUMENT
                 assert e.details().startswith("data: refused") and name in e.details()
         # A pickle of the allowed classes that hides one inside is refused too.
-        inner = observation(0, timestep=1, must_go=True, task=_Eval())
+        inner = observation(0, timestep=1, must_go=True, task=EvalCall())
         assert "builtins.eval" in _refused(c.observe, lerobot_pickle(inner)).details()
         assert c.get_actions() == b""  # nothing was queued
     assert not marker.exists()

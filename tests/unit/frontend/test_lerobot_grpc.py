@@ -4,15 +4,13 @@ pickles, the policy setup check, the bind rule."""
 
 from __future__ import annotations
 
-import builtins
-import os
 import pickle
-import subprocess
 
 import numpy as np
 import pytest
 import torch
 
+from tests.support.hostile_pickles import EvalCall, PopenCall, SystemCall
 from tests.support.lerobot_wire import chunks, lerobot_pickle
 from vla_server.config import ServerArgs, is_loopback
 from vla_server.errors import RequestError
@@ -24,30 +22,12 @@ from vla_server.frontend.lerobot_grpc.unpickler import RefusedPickle, restricted
 from vla_server.policies.base import RobotIO
 
 
-class _System:
-    def __init__(self, marker: str):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (os.system, (f"touch {self.marker}",))
-
-
-class _Eval:
-    def __reduce__(self):
-        return (builtins.eval, ("1 + 1",))
-
-
-class _Popen:
-    def __reduce__(self):
-        return (subprocess.Popen, (["true"],))
-
-
 def test_hostile_pickles_are_refused_before_anything_runs(tmp_path):
     marker = tmp_path / "pwned"
     for payload, named in (
-        (pickle.dumps(_System(str(marker))), "system"),
-        (pickle.dumps(_Eval()), "builtins.eval"),
-        (pickle.dumps(_Popen()), "subprocess.Popen"),
+        (pickle.dumps(SystemCall(str(marker))), "system"),
+        (pickle.dumps(EvalCall()), "builtins.eval"),
+        (pickle.dumps(PopenCall()), "subprocess.Popen"),
         (pickle.dumps(np.array([object()], dtype=object)), "dtype"),
         (pickle.dumps({1, 2}, protocol=1), "set"),  # protocol 1 names builtins' set
     ):
