@@ -48,6 +48,9 @@ from ros_bridge.sse import StreamChunk
 from ros_bridge.stream_client import Backoff, RequestRejected, ServerUnavailable, VlaStreamClient
 
 _FAILED_FINISH = ("abort", "action_error")
+# Less time than this to a chunk's last due time: nothing of it can come in time (and the
+# server takes only a deadline > 0).
+MIN_DEADLINE_MS = 1.0
 
 
 @dataclass(frozen=True)
@@ -359,6 +362,9 @@ class BridgeWorker:
             due = budget.due_times(ticket.arrived_s, ticket.deadline_s, executor)
             # the server is asked to finish the whole chunk by its last action's due time
             remaining_ms = (due[-1] - time.monotonic()) * 1000.0
+            if remaining_ms < MIN_DEADLINE_MS:
+                self._chunk_too_late(ticket, due)
+                return
             body = build_body(
                 settings,
                 images,
@@ -411,6 +417,12 @@ class BridgeWorker:
         self.monitor.count("frames_expired" if expired else "frames_processed")
         self._request_succeeded()
         self._adapt(ticket, timing, due)
+
+    def _chunk_too_late(self, ticket: Ticket[FrameJob], due: list[float]) -> None:
+        """The frame waited past its chunk's last due time: no action of it could be applied,
+        so it is not sent; the budget counts it as a chunk without an action."""
+        self.monitor.count("frames_expired")
+        self._adapt(ticket, _StreamTiming(sent_s=time.monotonic()), due)
 
     def _guidance(self, ticket: Ticket[FrameJob]) -> RtcGuidance | None:
         horizon = self.config.rtc_horizon

@@ -42,9 +42,10 @@ class ChunkBudget:
 
     def due_times(self, base_s: float, first_due_s: float, executor: bool) -> list[float]:
         """When each action asked for is due: with an executor at `base_s` (the frame) plus
-        (i + 1) periods, else at the frame's deadline `first_due_s` plus i periods."""
+        (i + 1) periods, else (or with no period known) at the frame's deadline `first_due_s`
+        plus i periods."""
         period = self.action_period_s
-        start = base_s + period if executor else first_due_s
+        start = base_s + period if executor and period > 0 else first_due_s
         return [start + i * period for i in range(self.num_actions)]
 
     def observe(

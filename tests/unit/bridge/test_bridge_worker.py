@@ -367,3 +367,17 @@ def test_rtc_sends_the_executors_tail_and_delay_and_the_robot_state(make_worker)
     assert (body["inference_delay"], body["execution_horizon"]) == (3, 8)
     assert [b["state"] for b in server.accepted] == [[0.5, -0.5], [0.25, 0.0]]
     assert sink.guidance_asked == [((1, 0), 8), ((2, 0), 8)]
+
+
+def test_a_frame_whose_chunk_is_already_due_is_not_sent(make_worker) -> None:
+    # one action 1 µs apart: by the time the loop takes the frame, its chunk is all past due
+    server = FakeServer(token_delay_s=0.0)
+    server.known_fields |= {"deadline_ms", "control_period_ms"}
+    worker, sink = make_worker(server, deadline_ms=30_000.0, executor_times_actions=True)
+    request = replace(worker.config.request, num_actions=1, control_period_ms=0.001)
+    worker.set_config(replace(worker.config, request=request))
+    worker.submit(job(1))
+    wait_for(lambda: worker.monitor.counters["frames_expired"] == 1)
+    assert worker.wait_idle(10)
+    assert server.bodies == [] and sink.actions == []
+    assert sink.periods == [pytest.approx(2e-6)]  # learnt as a chunk without an action
