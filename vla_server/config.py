@@ -92,6 +92,13 @@ class ServerArgs:
     realtime_tolerance: float = _opt(
         0.05, "priority isolation: how much others may slow a protected step (predicted, a share)"
     )
+    realtime_background_lane: str = _opt(
+        "auto",
+        "priority isolation on a CPU: less important requests held out of protected steps run "
+        "in a second model lane on another core meanwhile, in steps the step-time model predicts "
+        "to last at most --max-hold-ms (auto: on a CPU with at least two cores)",
+        choices=["auto", "on", "off"],
+    )
     realtime_reserve_ms: float = _opt(
         0.0,
         "priority isolation for a control loop: protected requests that arrive at a steady "
@@ -295,6 +302,10 @@ class FrontendConfig:
     api_key: str | None
     served_model_name: str | None
     default_priority_value: int
+    # Priority isolation, for the order in which streams are served (frontend/stream_order.py).
+    realtime_priority: int | None
+    schedule_low_priority_values_first: bool
+    max_hold_ms: float
     max_request_bytes: int
     max_image_bytes: int
     max_image_pixels: int
@@ -377,6 +388,7 @@ class SchedulerConfig:
     realtime_priority: int | None
     max_hold_ms: float
     realtime_tolerance: float
+    realtime_background_lane: str
     realtime_reserve_ms: float
     max_queued_requests: int | None
     max_session_held_tokens: int

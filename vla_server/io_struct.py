@@ -10,7 +10,7 @@ at the tail with defaults.
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import msgspec
 import numpy as np
@@ -337,6 +337,9 @@ class BatchTokenIDOutput(_Msg):
     # per request: a denoising request's chunk [chunk_size, width] (float32, normalised, padded)
     # once it is finished; None otherwise
     chunks: list[Tensor | None] = []
+    # every request here is protected by priority isolation: handled before others on the way
+    # (detokenizer, main process; see frontend/stream_order.py)
+    protected: bool = False
 
 
 class BatchStrOutput(_Msg):
@@ -349,6 +352,16 @@ class BatchStrOutput(_Msg):
     stats: SchedulerStats
     actions: list[list[list[float]]] = []  # per request: action vectors completed since last send
     num_actions: list[int] = []  # per request: actions completed so far
+    protected: bool = False  # as the BatchTokenIDOutput's it comes from
+
+
+OutputMsg = TypeVar("OutputMsg", BatchTokenIDOutput, BatchStrOutput)
+
+
+def protected_first(msgs: list[OutputMsg]) -> list[OutputMsg]:
+    """Output messages with the protected ones first, each group in its order (a request's
+    messages are all in one group, so each request's own order is kept)."""
+    return [m for m in msgs if m.protected] + [m for m in msgs if not m.protected]
 
 
 # ---- codec -----------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import count
 from types import SimpleNamespace
@@ -232,15 +232,31 @@ class FakeRunner(BatchRunner):
         self.step_s = step_s
         self.token_s = token_s
         self.batches: list[ScheduledBatch] = []  # every batch run, in order
+        self.background_batches: list[ScheduledBatch] = []  # the background lane's, in order
 
     def cost(self, batch: ScheduledBatch) -> float:
         return self.step_s + self.token_s * batch.num_tokens
 
     def run(self, batch: ScheduledBatch) -> BatchResult:
-        self.batches.append(batch)
+        if not getattr(self._thread, "background", False):
+            self.batches.append(batch)
         result = super().run(batch)
         result.forward_s = self.cost(batch)
         return result
+
+    def run_background(self, batch: ScheduledBatch) -> BatchResult:
+        self.background_batches.append(batch)
+        return super().run_background(batch)
+
+
+class InlineExecutor(Executor):
+    """Runs each submitted call at once, on the caller's thread: a background lane whose step
+    is done by the time the scheduler looks (the fake clock stands still meanwhile)."""
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        future.set_result(fn(*args, **kwargs))
+        return future
 
 
 class FakeTokenizer:
@@ -342,6 +358,7 @@ class Harness:
         head: HeadSpec | None = None,
         token_s: float = 0.0,
         prefix_lm: bool = False,
+        background: bool = False,
         **cfg: Any,
     ):
         self.cfg = sched_config(**cfg)
@@ -369,6 +386,7 @@ class Harness:
             prefix_lm=prefix_lm,
             clock=self.clock,
             worker=self.worker,
+            background=InlineExecutor() if background else None,
         )
         self._call_ids = count(1)
 

@@ -8,7 +8,8 @@ import torch
 
 from vla_server.model.checkpoint_cache import cached_folder
 
-# name -> LlamaConfig fields; "medium" is sized so a CPU decode step is several milliseconds.
+# name -> LlamaConfig fields; "medium" is sized so a CPU decode step is several milliseconds;
+# "text45m" is medium's width at 4 layers (about 45M parameters), the text-only priority workload.
 _FIELDS = (
     "hidden_size",
     "intermediate_size",
@@ -21,6 +22,7 @@ SIZES: dict[str, dict[str, int]] = {
     for name, dims in {
         "small": (256, 704, 4, 4, 2),
         "medium": (1024, 2816, 8, 16, 4),
+        "text45m": (1024, 2816, 4, 16, 4),
         "1b": (2048, 5632, 16, 32, 8),
     }.items()
 }

@@ -20,6 +20,7 @@ from vla_server.io_struct import (
     decode_or_drop,
     detokenizer_input_decoder,
     encode,
+    protected_first,
 )
 from vla_server.policies.base import ActionOutput, ActionStep
 from vla_server.policies.registry import checkpoint_tokenizer, from_info, import_plugins
@@ -86,6 +87,7 @@ class DetokenizerManager:
             stats=msg.stats,
             actions=actions,
             num_actions=counts,
+            protected=msg.protected,
         )
 
     def _action_step(self, msg: BatchTokenIDOutput, i: int, new_ids: list[int]) -> ActionStep:
@@ -117,9 +119,20 @@ class DetokenizerManager:
                 if parent_is_gone(parent_pid):
                     return
                 continue
-            msg = decode_or_drop(detokenizer_input_decoder, self.recv_sock.recv(), "detokenizer")
-            if msg is not None:
-                self.send_sock.send(encode(self.handle(msg)))
+            self.serve_queued()
+
+    def serve_queued(self) -> None:
+        """Handle what waits on the socket, protected requests' messages first."""
+        for msg in protected_first(self.queued()):
+            self.send_sock.send(encode(self.handle(msg)))
+
+    def queued(self) -> list[BatchTokenIDOutput]:
+        """Every message waiting on the socket (at least one is), malformed ones dropped."""
+        raws = [self.recv_sock.recv()]
+        while self.recv_sock.get(zmq.EVENTS) & zmq.POLLIN:
+            raws.append(self.recv_sock.recv())
+        msgs = [decode_or_drop(detokenizer_input_decoder, raw, "detokenizer") for raw in raws]
+        return [m for m in msgs if m is not None]
 
 
 def run_detokenizer_process(

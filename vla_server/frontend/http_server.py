@@ -210,6 +210,7 @@ def add_info_routes(app: FastAPI, node: NodeHandle) -> None:
                 "scheduler_info": info,
                 "internal_states": [state],
                 "num_pending_requests": len(tm.rid_to_state),
+                "stream_order": tm.order.state(),
                 "kv_pool": state["kv_pool"],
                 "mm": {**tm.mm.describe(), "embedding_cache": state.get("mm_embedding_cache")},
             }

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import msgspec
@@ -34,6 +34,7 @@ from vla_server.frontend.generate_request import (
 from vla_server.frontend.generation_gate import GenerationGate
 from vla_server.frontend.guidance_request import wire_guidance
 from vla_server.frontend.mm_frontend import MultimodalFrontend
+from vla_server.frontend.output_metrics import observe_output
 from vla_server.frontend.req_state import (
     ReqState,
     coalesce,
@@ -43,6 +44,7 @@ from vla_server.frontend.req_state import (
 )
 from vla_server.frontend.session_registry import NodeRobotDefaults, SessionRegistry
 from vla_server.frontend.state_pad import with_state_pad_id
+from vla_server.frontend.stream_order import StreamOrder
 from vla_server.frontend.text_encoder import TextEncoder
 from vla_server.io_struct import (
     AbortReq,
@@ -55,6 +57,7 @@ from vla_server.io_struct import (
     decode_or_drop,
     encode,
     finish_json,
+    protected_first,
     tokenizer_input_decoder,
 )
 from vla_server.metrics import ServerMetrics
@@ -103,6 +106,9 @@ class TokenizerManager:
         self.rid_to_state: dict[str, ReqState] = {}
         self.metrics = ServerMetrics()
         self.gate = GenerationGate()
+        self.order = StreamOrder(
+            protector(config), config.max_hold_ms / 1e3, lambda: self.rid_to_state.values()
+        )
         self.dead_reason: str | None = None
         # The scheduler's stats as of its latest output (GET /get_load): each output carries
         # them, and the last output of a request carries them after its KV was released.
@@ -136,9 +142,11 @@ class TokenizerManager:
 
     async def _handle_loop(self) -> None:
         while True:
-            raw = await self.recv_sock.recv()
-            msg = decode_or_drop(tokenizer_input_decoder, raw, "tokenizer")
-            if msg is not None:
+            raws = [await self.recv_sock.recv()]
+            while self.recv_sock.get(zmq.EVENTS) & zmq.POLLIN:  # what queued meanwhile
+                raws.append(await self.recv_sock.recv())
+            msgs = [decode_or_drop(tokenizer_input_decoder, raw, "tokenizer") for raw in raws]
+            for msg in protected_first([m for m in msgs if m is not None]):
                 self._handle_batch_output(msg)
 
     def close(self) -> None:
@@ -159,6 +167,7 @@ class TokenizerManager:
         self.metrics.observe_held(s)
         if s.prefix_queried_tokens:
             self.metrics.cache_hit_rate.set(s.prefix_hit_tokens / s.prefix_queried_tokens)
+        woken = []
         for i, rid in enumerate(msg.rids):
             state = self.rid_to_state.get(rid)
             if state is None:
@@ -166,12 +175,13 @@ class TokenizerManager:
             self._apply_output(state, msg, i)
             if state.finished:
                 del self.rid_to_state[rid]
-            state.event.set()
+            woken.append(state)
+        self.order.hand_over(woken, msg.protected)
 
     def _apply_output(self, state: ReqState, msg: BatchStrOutput, i: int) -> None:
         meta, new_ids, text = msg.metas[i], msg.output_ids[i], msg.output_strs[i]
         finish = finish_json(msg.finished_reasons[i])  # JSON from here on: the HTTP edge
-        self._observe_latency(state, meta, len(new_ids), finish)
+        observe_output(self.metrics, state, meta, len(new_ids), finish)
         state.text_chunks.append(text)
         state.output_ids.extend(new_ids)
         lp_delta = None
@@ -212,35 +222,6 @@ class TokenizerManager:
 
     def _decode_one(self, tid: int) -> str:
         return self.tokenizer.decode([tid])
-
-    def _observe_latency(
-        self, state: ReqState, meta: Any, n_new: int, finish: dict[str, Any] | None
-    ) -> None:
-        now = time.perf_counter()
-        m = self.metrics
-        prio = str(state.item.priority)
-        if meta.queue_steps is not None:
-            state.queue_steps = meta.queue_steps
-        if meta.queue_time is not None:
-            state.queue_time = meta.queue_time
-            m.queue_time.labels(prio).observe(meta.queue_time)
-        if n_new:
-            if state.first_token_time is None:
-                state.first_token_time = now
-                m.ttft.labels(prio).observe(now - state.created)
-            elif state.last_output_time is not None:
-                gap = (now - state.last_output_time) / n_new
-                for _ in range(n_new):
-                    m.itl.labels(prio).observe(gap)
-            state.last_output_time = now
-            m.generation_tokens.inc(n_new)
-        if finish is not None:
-            m.e2e.labels(prio).observe(now - state.created)
-            m.prompt_tokens.inc(meta.prompt_tokens)
-            kind = finish.get("type", "unknown")
-            m.requests.labels(finish=kind, priority=prio).inc()
-            if kind == "deadline":
-                m.deadline_misses.labels(prio).inc()
 
     # ---- requests ----------------------------------------------------------------------------
 
@@ -482,6 +463,20 @@ class TokenizerManager:
         self.dead_reason = reason
         if self._serving_loop is not None:
             self._serving_loop.call_soon_threadsafe(self.mark_dead, reason)
+
+
+def protector(config: FrontendConfig) -> Callable[[ReqState], bool] | None:
+    """Whether a request is protected by priority isolation (None: the node has none)."""
+    rt = config.realtime_priority
+    if rt is None:
+        return None
+
+    def protects(state: ReqState) -> bool:
+        p = state.item.priority
+        p = config.default_priority_value if p is None else p
+        return p <= rt if config.schedule_low_priority_values_first else p >= rt
+
+    return protects
 
 
 class ClientDisconnected(Exception):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate, chain
@@ -28,6 +29,7 @@ import psutil
 import torch
 
 from vla_server.mem_cache.kv_pool import ReqToTokenPool, TokenToKVPool
+from vla_server.model.attention.base import AttentionBackend
 from vla_server.model.attention.registry import create_attention_backend
 from vla_server.model.config import ModelConfig, parse_dtype
 from vla_server.model.forward_batch import ForwardBatch, ForwardMode
@@ -119,9 +121,18 @@ class ModelRunner:
         self.kv_pool = TokenToKVPool(
             self.max_total_tokens, c.num_layers, c.num_kv_heads, c.head_dim, self.dtype, self.device
         )
-        self.attn_backend = create_attention_backend(
-            attention_backend, self.req_to_token_pool, self.kv_pool, self.device
-        )
+        self._attention = (attention_backend, self.req_to_token_pool, self.kv_pool, self.device)
+        self._lane = threading.local()  # a forward's per-batch attention state, per thread
+        self.attn_backend  # noqa: B018 - an unknown backend name fails here, not at a forward
+
+    @property
+    def attn_backend(self) -> AttentionBackend:
+        """The calling thread's attention backend: it holds one forward's metadata, and the
+        background lane (priority isolation) runs forwards beside the model worker's."""
+        backend = getattr(self._lane, "backend", None)
+        if backend is None:
+            backend = self._lane.backend = create_attention_backend(*self._attention)
+        return backend
 
     @property
     def vocab_size(self) -> int:

@@ -11,6 +11,7 @@ forward is already in the KV pool.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -47,7 +48,8 @@ class BatchRunner:
         self.runner = runner
         self.parts_for = parts_for  # a folder's family, for weight updates
         self.threads = threads  # None: the process's torch threads for every step
-        self._threads_now = 0
+        self._thread = threading.local()  # torch's thread count is the calling thread's own
+        self._background_runs = 0  # background lane batches running now (0 or 1)
         self.device = runner.device
         self.embedder = embedder
         self.eos_token_ids = eos_token_ids  # masked until a request's min_new_tokens
@@ -60,6 +62,17 @@ class BatchRunner:
         if self.parts_for is None:
             raise ValueError("this runner takes no weight updates")
         self.runner.update_weights(self.parts_for(model_path))
+
+    def run_background(self, batch: ScheduledBatch) -> BatchResult:
+        """`run` on the background lane's thread (priority isolation): at the decode thread
+        count, and meanwhile so are the main lane's steps, so the two lanes' threads never
+        outnumber the cores they were planned for."""
+        self._thread.background = True
+        self._background_runs += 1
+        try:
+            return self.run(batch)
+        finally:
+            self._background_runs -= 1
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> BatchResult:
@@ -149,12 +162,15 @@ class BatchRunner:
         return v
 
     def _set_threads(self, requests: int, new_tokens: int) -> None:
-        # Runs on the model worker thread, the one whose OpenMP pool the next forward uses.
-        if self.threads is not None:
-            n = self.threads.threads_for(requests, new_tokens)
-            if n != self._threads_now:
-                torch.set_num_threads(n)
-                self._threads_now = n
+        # Runs on the worker thread whose OpenMP pool the next forward uses.
+        if self.threads is None:
+            return
+        plan = self.threads
+        lanes = getattr(self._thread, "background", False) or self._background_runs
+        n = plan.decode if lanes else plan.threads_for(requests, new_tokens)
+        if n != getattr(self._thread, "threads", 0):
+            torch.set_num_threads(n)
+            self._thread.threads = n
 
     def _resolve_pending(self, batch: ScheduledBatch) -> list[list[int]]:
         prev, batch.prev = batch.prev, None  # else each batch keeps every earlier one alive

@@ -12,6 +12,7 @@ this one's at once) -> stream outputs to the sink.
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent import futures
 from concurrent.futures import Executor, Future
 from typing import Any
 
@@ -28,6 +29,7 @@ from vla_server.scheduler.isolation import Isolation
 from vla_server.scheduler.kv_cache_manager import KVCacheManager
 from vla_server.scheduler.output_streamer import OutputStream
 from vla_server.scheduler.policy import PolicyConfig
+from vla_server.scheduler.req import Req
 from vla_server.scheduler.result_processor import ResultProcessor
 from vla_server.scheduler.schedule_batch import BatchResult, ScheduledBatch
 from vla_server.scheduler.sessions import SessionController
@@ -36,6 +38,9 @@ from vla_server.scheduler.step_builder import StepBuilder
 from vla_server.scheduler.step_cost import StepCostModel
 
 SESSION_REAP_INTERVAL_S = 1.0
+# With only the background lane busy, how long the loop waits for it before it looks at the
+# sockets again: a new request waits at most this long to be seen.
+BACKGROUND_POLL_S = 0.001
 
 
 class SchedulerCore:
@@ -55,9 +60,11 @@ class SchedulerCore:
         embedder: ImageEmbedder | None = None,
         clock: Clock | None = None,
         worker: Executor | None = None,
+        background: Executor | None = None,
     ):
         """`worker` runs each batch (the model worker thread); without one a batch runs inline
-        when launched, and with overlap its result is still applied one step later."""
+        when launched, and with overlap its result is still applied one step later.
+        `background`: the background lane's worker (priority isolation, see isolation.py)."""
         self.policy = PolicyConfig.from_config(cfg)
         self.kv = kv
         self.runner = runner
@@ -65,17 +72,19 @@ class SchedulerCore:
         self.embedder = embedder
         self.clock = clock or SystemClock()
         self.worker = worker
+        self.background = background
         self.overlap = not cfg.disable_overlap_schedule
         self.state = SchedState(reserve_ratio=self.policy.reserve_ratio)
         self.timer = StepTimer()
-        self.outputs = OutputStream(sink, self.stats, sessions, cfg.stream_interval)
+        self.step_cost = StepCostModel()
+        isolation = Isolation.from_config(cfg, self.policy, self.step_cost, background is not None)
+        protects = None if isolation is None else isolation.protects
+        self.outputs = OutputStream(sink, self.stats, sessions, cfg.stream_interval, protects)
         self.intake = Intake(
             cfg, self.policy, self.state, sessions, self.outputs, runner.generator_for, self.clock,
             kv_tokens=kv.total_tokens, context_len=context_len, head=head,
             prefix_lm=prefix_lm,
         )  # fmt: skip
-        self.step_cost = StepCostModel()
-        isolation = Isolation.from_config(cfg, self.policy, self.step_cost)
         self.builder = StepBuilder(
             self.policy, self.state, kv, sessions, self.drain, self.clock, isolation
         )
@@ -83,17 +92,10 @@ class SchedulerCore:
             self.state, kv, sessions, finish_checker, self.timer, self.step_cost, self.outputs
         )
         self.control = SchedulerControl(
-            self.state,
-            kv,
-            sessions,
-            runner.update_weights_from_disk,
-            embedder,
-            self.drain,
-            self._abort_all,
-            self.step_cost,
-            model_counters,
+            self.state, kv, sessions, runner.update_weights_from_disk, embedder, self.drain,
+            self._abort_all, self.step_cost, model_counters,
             None if isolation is None else isolation.rhythm.period,
-        )
+        )  # fmt: skip
         self._sessions_reaped_at = self.clock.monotonic()
 
     # ---- messages ----------------------------------------------------------------------------
@@ -116,21 +118,25 @@ class SchedulerCore:
         """One iteration; False when there is nothing to do until a message arrives."""
         self.reap()
         s = self.state
+        self._collect_background(wait=False)
         batch = None if s.paused else self.builder.build()
         if batch is not None:
             s.step_count += 1
             future = self._launch(batch)
             if not self.overlap:
                 self.results.process(batch, future)
+                self._launch_background()
                 return True
         # Overlap: the previous batch's result is applied while this one runs.
         if s.inflight is not None:
             self.results.process(*s.inflight)
-        if batch is None:
-            s.inflight = None
-            return not s.paused and bool(s.running)
-        s.inflight = (batch, future)
-        return True
+        s.inflight = None if batch is None else (batch, future)
+        self._launch_background()
+        if batch is None and s.background is not None:
+            # Only the background lane is busy: look at the sockets again soon, not at once.
+            self._collect_background(wait=True)
+            return True
+        return batch is not None or (not s.paused and bool(s.running))
 
     def _launch(self, batch: ScheduledBatch) -> Future[BatchResult]:
         if self.worker is not None:
@@ -139,12 +145,35 @@ class SchedulerCore:
         future.set_result(self.runner.run(batch))
         return future
 
-    def drain(self) -> None:
-        """Apply the in-flight batch's result before changing the KV of requests it may hold."""
+    def _launch_background(self) -> None:
+        batch = None if self.state.paused else self.builder.build_background()
+        if batch is not None:
+            assert self.background is not None
+            future = self.background.submit(self.runner.run_background, batch)
+            self.state.background = (batch, future)
+
+    def _collect_background(self, wait: bool) -> None:
+        """Apply the background lane's result once it is there (`wait`: for up to a moment)."""
+        bg = self.state.background
+        if bg is None:
+            return
+        if wait:
+            futures.wait([bg[1]], timeout=BACKGROUND_POLL_S)
+        if bg[1].done():
+            self.state.background = None
+            self.results.process(*bg, background=True)
+
+    def drain(self, reqs: list[Req] | None = None) -> None:
+        """Apply the result of the batch in flight, and of the background lane's when it holds
+        any of `reqs` (None: in any case), before changing the KV of requests they hold."""
         inflight = self.state.inflight
         if inflight is not None:
             self.state.inflight = None
             self.results.process(*inflight)
+        bg = self.state.background
+        if bg is not None and (reqs is None or any(r.in_background for r in reqs)):
+            self.state.background = None
+            self.results.process(*bg, background=True)
 
     def reap(self) -> None:
         """End aborted requests and those that can no longer make their deadline; close
@@ -173,7 +202,7 @@ class SchedulerCore:
 
     def is_idle(self) -> bool:
         s = self.state
-        return not s.running and not s.waiting and s.inflight is None
+        return not s.running and not s.waiting and s.inflight is None and s.background is None
 
     def stats(self) -> SchedulerStats:
         tree, embedder = self.kv.tree, self.embedder

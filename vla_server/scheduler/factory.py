@@ -6,7 +6,10 @@ handshake's `ModelInfo` for the other processes."""
 
 from __future__ import annotations
 
-from concurrent.futures import Executor
+import contextlib
+import os
+import threading
+from concurrent.futures import Executor, ThreadPoolExecutor
 
 import torch
 
@@ -41,6 +44,31 @@ def build_model_runner(model: ModelRunnerConfig, family: PolicyFamily) -> ModelR
     )
 
 
+def background_lane(cfg: SchedulerConfig, device: torch.device) -> Executor | None:
+    """The background lane's worker thread (priority isolation, see scheduler/isolation.py):
+    with --realtime-priority, on a CPU with a core to spare (auto) or when asked for (on)."""
+    if cfg.realtime_priority is None or cfg.realtime_background_lane == "off":
+        return None
+    spare = device.type == "cpu" and (os.cpu_count() or 1) >= 2
+    if cfg.realtime_background_lane == "auto" and not spare:
+        return None
+    return ThreadPoolExecutor(
+        max_workers=1, thread_name_prefix="model-background", initializer=_lowest_os_priority
+    )
+
+
+# On Linux a thread has its own nice value. The background lane's thread gets the lowest, so
+# when the cores are busy the OS runs the main lane, the front end, the detokenizer and the
+# robots' own programs first, and the lane gets what is left (`bench scheduler priority
+# --workload text`: at nice 0 the protected robot's TTFT and ITL tails grew beside the lane).
+BACKGROUND_NICE = 19
+
+
+def _lowest_os_priority() -> None:
+    with contextlib.suppress(OSError):  # a platform without per-thread priorities
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
+
+
 def build_core(
     cfg: SchedulerConfig, model: ModelRunnerConfig, sink: OutputSink, worker: Executor
 ) -> tuple[SchedulerCore, ModelRunner]:
@@ -70,6 +98,7 @@ def build_core(
         model_counters=runner.work_done,
         embedder=embedder,
         worker=worker,
+        background=background_lane(cfg, runner.device),
     )
     return core, runner
 

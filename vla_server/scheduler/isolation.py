@@ -15,19 +15,29 @@ into the next step whatever it costs. So each makes progress at a bounded rate a
 starves; the price of that bound is the occasional slower protected step, which the forced
 requests pay for first out of the allowance. Steps without protected work (a protected request
 that waits for a slot, or awaits its last result) are built as usual, except around a control
-loop's next frame.
+loop's next frame (and, with the background lane, while a protected request is in flight).
+
+The background lane (`--realtime-background-lane`, on a CPU with cores to spare). On a CPU a
+protected robot's steps can take a whole core, and every row others add to them costs; held
+requests would then crawl at the max-hold rate. With the lane, what the gate left out runs
+meanwhile in a second model lane on another core: one background step at a time, built from the
+less important requests no step in flight holds, sized so the step-time model predicts it to
+last at most `--max-hold-ms`. A held request then waits for the background step running when it
+was left out and its own, not for `--max-hold-ms`, and it is never forced into a protected step.
 
 A control loop's next frame (`--realtime-reserve-ms` R). A protected request that arrives while
 a long step of others runs waits for that step: no gate can shorten a step already running. When
 the protected requests arrive at a steady period (`arrival_rhythm.py`), the next one is
 expected, and steps without protected work are built through a gate whose allowance is the
 tokens the model predicts to finish by R before that moment; from then until R after it (the
-frame is late) the allowance is nothing. Held requests are forced in after `--max-hold-ms` as
-above, and with no steady rhythm (or R = 0) nothing is reserved.
+frame is late; with the background lane, until it is a whole period late) the allowance is
+nothing. Held requests are forced in after `--max-hold-ms` as above, and with no steady rhythm
+(or R = 0) nothing is reserved.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from vla_server.config import SchedulerConfig
@@ -44,16 +54,25 @@ class IsolationConfig:
     max_hold_s: float
     tolerance: float  # allowed growth of the protected step's predicted time, a share
     reserve_s: float = 0.0  # half-width of the window kept clear around an expected arrival
+    lane: bool = False  # held requests run in the background lane meanwhile
 
 
 class Gate:
     """Admission of less important work into one protected step."""
 
-    def __init__(self, state: SchedState, allowance: int, now: float, max_hold_s: float):
+    def __init__(
+        self,
+        state: SchedState,
+        allowance: int,
+        now: float,
+        max_hold_s: float,
+        counts_held: bool = True,
+    ):
         self.state = state
         self.allowance = allowance  # tokens others may still add
         self.now = now
         self.max_hold_s = max_hold_s
+        self.counts_held = counts_held  # a protected step's gate: who it leaves out is held
 
     def overdue(self, req: Req) -> bool:
         return self.now - req.last_step_at >= self.max_hold_s
@@ -62,8 +81,9 @@ class Gate:
         """Whether `req` may get any token this step; counts it as held when not."""
         if self.overdue(req) or self.allowance >= 1:
             return True
-        self.state.held_steps += 1
-        self.state.num_held += 1
+        if self.counts_held:
+            self.state.held_steps += 1
+            self.state.num_held += 1
         return False
 
     def allow(self, req: Req, need: int) -> int:
@@ -84,9 +104,10 @@ class Isolation:
 
     @classmethod
     def from_config(
-        cls, cfg: SchedulerConfig, policy: PolicyConfig, model: StepCostModel
+        cls, cfg: SchedulerConfig, policy: PolicyConfig, model: StepCostModel, lane: bool
     ) -> Isolation | None:
-        """The node's isolation, or None without --realtime-priority."""
+        """The node's isolation, or None without --realtime-priority; `lane`: the node has a
+        background lane."""
         if cfg.realtime_priority is None:
             return None
         iso = IsolationConfig(
@@ -94,8 +115,14 @@ class Isolation:
             cfg.max_hold_ms / 1e3,
             cfg.realtime_tolerance,
             cfg.realtime_reserve_ms / 1e3,
+            lane,
         )
         return cls(iso, policy, model)
+
+    @property
+    def _gate_hold_s(self) -> float:
+        # With the lane, held requests progress there: none is forced into a protected step.
+        return math.inf if self.cfg.lane else self.cfg.max_hold_s
 
     def protects(self, req: Req) -> bool:
         p = self.cfg.realtime_priority
@@ -114,14 +141,32 @@ class Isolation:
         expected protected arrival clear; None when none is expected (or reserving is off)."""
         reserve = self.cfg.reserve_s
         expected = self.rhythm.next_expected() if reserve > 0 else None
-        if expected is None or now > expected + reserve:
+        if expected is None or now > expected + self._late_limit(reserve):
             return None
         allowance = self.model.tokens_within(expected - reserve - now)
-        return Gate(state, allowance, now, self.cfg.max_hold_s)
+        return Gate(state, allowance, now, self._gate_hold_s)
+
+    def _late_limit(self, reserve: float) -> float:
+        """How late the expected frame may be while its window stays clear: R, or with the
+        lane a whole period (holding others out of the main lane then costs them little, and a
+        control loop's frames come late by more than R whenever its own steps vary)."""
+        period = self.rhythm.period() if self.cfg.lane else None
+        return reserve if period is None else max(reserve, period)
 
     def gate(self, state: SchedState, protected_tokens: int, now: float) -> Gate | None:
-        """The gate of a step carrying `protected_tokens`; None when it carries none."""
+        """The gate of a step carrying `protected_tokens`. One that carries none while a
+        protected request is in flight (it awaits its last result, or room) is a step without
+        protected work: with the lane, the others run there (nothing joins the main lane, the
+        next frame follows soon); without it, the window before the next frame is kept."""
         if protected_tokens <= 0:
-            return None
+            if self.cfg.lane:
+                return Gate(state, 0, now, math.inf)
+            return self.reserve_gate(state, now)
         allowance = self.model.allowance(protected_tokens, self.cfg.tolerance)
-        return Gate(state, allowance, now, self.cfg.max_hold_s)
+        return Gate(state, allowance, now, self._gate_hold_s)
+
+    def background_gate(self, state: SchedState, now: float) -> Gate:
+        """The gate of a background step: as many tokens as the model predicts to run within
+        --max-hold-ms (one at least, so the lane always makes progress)."""
+        allowance = max(1, self.model.tokens_within(self.cfg.max_hold_s))
+        return Gate(state, allowance, now, math.inf, counts_held=False)

@@ -95,11 +95,13 @@ class OutputStream:
         stats: Callable[[], SchedulerStats],
         sessions: SessionController,
         stream_interval: int,
+        protects: Callable[[Req], bool] | None = None,
     ):
         self.sink = sink
         self.stats = stats
         self.sessions = sessions
         self.stream_interval = stream_interval
+        self.protects = protects  # priority isolation: protected outputs in messages of their own
 
     def send(self, reqs: list[Req]) -> None:
         if not reqs:
@@ -108,7 +110,16 @@ class OutputStream:
             # Ended without KV (never ran, or retracted): the session forgets or keeps the turn.
             if r.finished and r.req_pool_idx is None and r.session_id is not None:
                 self.sessions.end_unrun(r)
-        self.sink(build_output(reqs, self.stats()))
+        if self.protects is None:
+            self.sink(build_output(reqs, self.stats()))
+            return
+        first = [r for r in reqs if self.protects(r)]
+        rest = [r for r in reqs if not self.protects(r)]
+        for group, protected in ((first, True), (rest, False)):
+            if group:
+                out = build_output(group, self.stats())
+                out.protected = protected
+                self.sink(out)
 
     def send_ready(self, reqs: list[Req]) -> None:
         self.send([r for r in reqs if should_send(r, self.stream_interval)])

@@ -94,11 +94,13 @@ class PrefillAdder:
 def choose_victims(
     cfg: PolicyConfig, new: Req, running: list[Req], slots: int, tokens: int
 ) -> list[Req] | None:
-    """Running requests to retract so `new` fits: worst priority first, newest first, only those
-    `new` outranks by more than the threshold; None if even all of them would not make room."""
+    """Running requests to retract so `new` fits: worst priority first, then those the
+    background lane does not hold (retracting one of those waits for its step), newest first;
+    only those `new` outranks by more than the threshold; None if even all of them would not
+    make room."""
     candidates = sorted(
         (r for r in running if not r.finished and cfg.may_preempt(new, r)),
-        key=lambda r: (-cfg.rank(r), -r.arrival_time),
+        key=lambda r: (-cfg.rank(r), r.in_background, -r.arrival_time),
     )
     chosen: list[Req] = []
     for r in candidates:

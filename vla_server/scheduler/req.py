@@ -53,10 +53,14 @@ class Req:
     arrival_step: int = 0  # scheduler step counter when the request arrived
     queue_steps: int | None = None
     inflight: int = 0  # scheduled batches whose results are not processed yet
+    in_background: bool = False  # part of the background lane's batch in flight
     num_retractions: int = 0
     # When its latest step was built (its arrival before the first): priority isolation holds
     # a less important request for at most --max-hold-ms after this.
     last_step_at: float = 0.0
+    # Its latest step while it kept its KV (None before the first, and after a retraction):
+    # the gaps between a running request's steps, priority isolation's bound.
+    gap_from: float | None = None
     prompt_scored_upto: int = 0  # prompt tokens [0, n) whose logprobs were reported
     # Images resolved by this prefill, and features later chunks still need (model worker's).
     prefill_images: PrefillImages = field(default_factory=PrefillImages)

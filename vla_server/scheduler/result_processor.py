@@ -38,15 +38,22 @@ class ResultProcessor:
         self.step_cost = step_cost  # priority isolation's step-time model
         self.outputs = outputs
 
-    def process(self, batch: ScheduledBatch, future: Future[BatchResult]) -> None:
+    def process(
+        self, batch: ScheduledBatch, future: Future[BatchResult], background: bool = False
+    ) -> None:
+        """Apply `batch`'s result; a `background` lane's step ran beside a main-lane step, so
+        its time measures neither lane's steps alone and is left out of the step-time models."""
         result = future.result()
-        if batch.reqs:
+        s = self.state
+        s.max_step_s = max(s.max_step_s, result.forward_s)
+        if batch.reqs and not background:
             self.timer.observe(batch.num_tokens, batch.is_decode, result.forward_s)
             self.step_cost.observe(batch.num_tokens, result.forward_s)
         if batch.denoise:
             self.timer.observe_denoise(result.denoise_s)
         for i, req in enumerate(batch.reqs):
             req.inflight -= 1
+            req.in_background = False
             if batch.sample[i]:
                 req.pending_tokens -= 1
             if req.finished:

@@ -19,11 +19,17 @@ class SchedState:
     waiting: list[Req] = field(default_factory=list)
     running: list[Req] = field(default_factory=list)
     inflight: InFlight | None = None  # launched batch whose result is not applied yet
+    background: InFlight | None = None  # the background lane's batch (priority isolation)
     paused: bool = False
     step_count: int = 0  # batches launched
     num_retractions: int = 0
     held_steps: int = 0  # steps a request was held out of by priority isolation, summed
     num_held: int = 0  # requests held out of the latest step built
+    background_steps: int = 0  # batches launched in the background lane
+    # Priority isolation's bound, as it held: the longest a less important request went from
+    # one of its steps to the next, and the longest step (forward) of either lane.
+    max_unprotected_gap_s: float = 0.0
+    max_step_s: float = 0.0
 
     def retract(self, req: Req, kv: KVCacheManager) -> None:
         """Preempt a running request: its KV goes to the radix cache (evictable), it re-queues
@@ -33,6 +39,7 @@ class SchedState:
         if req.denoise is not None:
             req.denoise.restart()
         self.running.remove(req)
+        req.gap_from = None  # waiting for room again: not a gap between its steps
         req.num_retractions += 1
         self.num_retractions += 1
         self.waiting.append(req)

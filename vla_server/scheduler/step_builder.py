@@ -44,7 +44,7 @@ class StepBuilder:
         state: SchedState,
         kv: KVCacheManager,
         sessions: SessionController,
-        drain: Callable[[], None],
+        drain: Callable[[list[Req] | None], None],
         clock: Clock,
         isolation: Isolation | None = None,
     ):
@@ -52,7 +52,10 @@ class StepBuilder:
         self.state = state
         self.kv = kv
         self.sessions = sessions
-        self.drain = drain  # applies the batch in flight (its requests may then be changed)
+        # Applies the batches in flight that hold any of the given requests (None: all), so
+        # those requests may then be changed.
+        self.drain = drain
+        self.gated = False  # the latest step was built through a gate (others were held)
         self.clock = clock
         self.isolation = isolation  # priority isolation, when --realtime-priority is set
 
@@ -63,26 +66,57 @@ class StepBuilder:
             self.policy, s.reserve_ratio, kv.available_tokens(), kv.free_rows(), s.running
         )
         iso = self.isolation
+        running = [r for r in s.running if not r.in_background]
         if iso is None or not iso.active(s):
             gate = None if iso is None else iso.reserve_gate(s, self.clock.monotonic())
-            plan = self._advance(s.running, adder, gate)
+            plan = self._advance(running, adder, gate)
             plan += self._admit(sorted(s.waiting, key=self.policy.queue_key), adder, gate)[0]
         else:
             # The protected requests first: their chunks do not wait behind anyone's.
             queue = sorted(s.waiting, key=lambda r: (not iso.protects(r), self.policy.queue_key(r)))
             first = [r for r in queue if iso.protects(r)]
-            plan = self._advance([r for r in s.running if iso.protects(r)], adder, None)
+            plan = self._advance([r for r in running if iso.protects(r)], adder, None)
             admitted, blocked = self._admit(first, adder, None)
             plan += admitted
             gate = iso.gate(s, sum(n for _, n in plan), self.clock.monotonic())
-            plan += self._advance([r for r in s.running if not iso.protects(r)], adder, gate)
+            plan += self._advance([r for r in running if not iso.protects(r)], adder, gate)
             if not blocked:  # strict queue order: nothing jumps a protected request
                 plan += self._admit(queue[len(first) :], adder, gate)[0]
+        self.gated = gate is not None
         batch = self._allocate([(r, n) for r, n in plan if n])  # n = 0: a prompt all cached
-        ready = [r for r in s.running if _denoises_next(r)]
+        ready = [r for r in running if _denoises_next(r)]
         if ready:
-            batch = batch or self._make_batch([], torch.empty(0, dtype=torch.int64))
+            empty = torch.empty(0, dtype=torch.int64)
+            batch = batch or self._make_batch([], empty, self._in_flight())
             self._add_denoise(batch, ready)
+        return batch
+
+    def build_background(self) -> ScheduledBatch | None:
+        """The background lane's next batch (see isolation.py): less important requests that the
+        latest step's gate left out and no batch in flight holds, the longest waiting first;
+        None while the lane is busy, off, or nothing was left out."""
+        s, kv, iso = self.state, self.kv, self.isolation
+        if iso is None or not iso.cfg.lane or s.background is not None or not self.gated:
+            return None
+        gate = iso.background_gate(s, self.clock.monotonic())
+        adder = PrefillAdder(
+            self.policy, s.reserve_ratio, kv.available_tokens(), kv.free_rows(), s.running
+        )
+        idle = [r for r in s.running if r.inflight == 0 and _lane_may_take(iso, r)]
+        plan = self._advance(sorted(idle, key=lambda r: r.last_step_at), adder, gate)
+        if not any(iso.protects(r) for r in s.waiting):  # a protected one gets the room first
+            queue = sorted(
+                (r for r in s.waiting if _lane_may_take(iso, r)), key=self.policy.queue_key
+            )
+            plan += self._admit(queue, adder, gate, preempt=False)[0]
+        plan = [(r, n) for r, n in plan if n]
+        slots = kv.alloc(sum(n for _, n in plan)) if plan else None
+        if slots is None:  # nothing to run, or no room now: the lane waits for the next step
+            return None
+        batch = self._make_batch(plan, slots, prev=None)  # nothing of theirs is in flight
+        for req in batch.reqs:
+            req.in_background = True
+        s.background_steps += 1
         return batch
 
     def _advance(
@@ -102,10 +136,11 @@ class StepBuilder:
         return plan
 
     def _admit(
-        self, queue: list[Req], adder: PrefillAdder, gate: Gate | None
+        self, queue: list[Req], adder: PrefillAdder, gate: Gate | None, preempt: bool = True
     ) -> tuple[list[tuple[Req, int]], bool]:
         """Admit waiting requests of `queue` in its order; True with them when one that came
-        before the rest could not be admitted."""
+        before the rest could not be admitted (without `preempt`, when it would have had to
+        preempt)."""
         s, kv = self.state, self.kv
         admitted: list[tuple[Req, int]] = []
         for req in queue:
@@ -122,9 +157,9 @@ class StepBuilder:
                 slots, tokens = adder.shortfall(req, int(prefix.numel()))
             if slots or tokens:
                 victims = choose_victims(self.policy, req, s.running, slots, tokens)
-                if victims is None:
+                if victims is None or not preempt:
                     return admitted, True  # strict queue order: nothing behind it jumps the queue
-                self.drain()
+                self.drain(victims)
                 for v in victims:
                     s.retract(v, kv)
                     adder.give_back(v)
@@ -148,9 +183,9 @@ class StepBuilder:
         n_tokens = sum(n for _, n in plan)
         slots = kv.alloc(n_tokens)
         while slots is None:
-            if s.inflight is not None:
-                # The batch in flight may finish requests and free their KV: wait for it first.
-                self.drain()
+            if s.inflight is not None or s.background is not None:
+                # A batch in flight may finish requests and free their KV: wait for it first.
+                self.drain(None)
             elif not self.sessions.unpin_oldest_for(n_tokens - kv.available_tokens()):
                 # KV pressure (reservations below 100 %) with no session pin left to give up (a
                 # session's context is cheaper to recompute later than a running request):
@@ -167,10 +202,16 @@ class StepBuilder:
             n_tokens = sum(n for _, n in plan)
             slots = kv.alloc(n_tokens)
         s.reserve_ratio = max(self.policy.reserve_ratio, s.reserve_ratio - RESERVE_DECAY)
-        return self._make_batch(plan, slots)
+        return self._make_batch(plan, slots, self._in_flight())
 
-    def _make_batch(self, plan: list[tuple[Req, int]], slots: object) -> ScheduledBatch:
-        s = self.state
+    def _in_flight(self) -> ScheduledBatch | None:
+        """The main lane's batch in flight: its samples resolve the next batch's PENDING."""
+        return self.state.inflight[0] if self.state.inflight is not None else None
+
+    def _make_batch(
+        self, plan: list[tuple[Req, int]], slots: object, prev: ScheduledBatch | None
+    ) -> ScheduledBatch:
+        """The batch of `plan`; its PENDING tokens resolve from `prev`."""
         now = self.clock.monotonic()
         batch = ScheduledBatch(
             reqs=[],
@@ -181,7 +222,7 @@ class StepBuilder:
             sample=[],
             prompt_spans=[],
             prompt_targets=[],
-            prev=s.inflight[0] if s.inflight is not None else None,
+            prev=prev,
         )
         for req, n in plan:
             fill = req.fill_ids
@@ -216,11 +257,21 @@ class StepBuilder:
             self._stepped(req, now)
 
     def _stepped(self, req: Req, now: float) -> None:
-        req.last_step_at = now
+        iso = self.isolation
+        if req.gap_from is not None and iso is not None and not iso.protects(req):
+            s = self.state
+            s.max_unprotected_gap_s = max(s.max_unprotected_gap_s, now - req.gap_from)
+        req.last_step_at = req.gap_from = now
         req.inflight += 1
         if req.queue_time is None:
             req.queue_time = now - req.arrival_time
             req.queue_steps = self.state.step_count - req.arrival_step
+
+
+def _lane_may_take(iso: Isolation, req: Req) -> bool:
+    """The background lane runs token steps of less important requests (denoising passes stay
+    in the main lane, which batches them)."""
+    return not iso.protects(req) and req.denoise is None and not req.finished
 
 
 def _denoises_next(req: Req) -> bool:

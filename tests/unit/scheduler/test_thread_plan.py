@@ -4,6 +4,7 @@ threads that leave cores to the front end and the detokenizer."""
 from __future__ import annotations
 
 import os
+import threading
 
 import torch
 
@@ -32,8 +33,30 @@ def test_the_plan_follows_the_flags_with_all_cores_for_prefill_by_default(tmp_pa
 def test_the_runner_switches_its_thread_count_only_when_the_plan_changes(monkeypatch):
     calls: list[int] = []
     monkeypatch.setattr(torch, "set_num_threads", calls.append)
-    runner = BatchRunner.__new__(BatchRunner)
-    runner.threads, runner._threads_now = ThreadPlan(decode=1, prefill=2), 0
+    runner = _runner(ThreadPlan(decode=1, prefill=2))
     for requests, tokens in [(1, 300), (1, 1), (1, 1), (3, 300), (1, 80), (1, 90)]:
         runner._set_threads(requests, tokens)
     assert calls == [2, 1, 2]
+
+
+def test_while_the_background_lane_runs_every_step_keeps_the_decode_threads(monkeypatch):
+    calls: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    runner = _runner(ThreadPlan(decode=1, prefill=2))
+    runner._background_runs = 1  # a background batch is running on its own thread
+    runner._set_threads(1, 300)  # a lone long prefill of the main lane
+    assert calls == [1]
+    runner._background_runs = 0
+    runner._set_threads(1, 300)
+    assert calls == [1, 2]
+
+    lane = _runner(ThreadPlan(decode=1, prefill=2))
+    lane._thread.background = True  # the background lane's own thread
+    lane._set_threads(1, 300)
+    assert calls == [1, 2, 1]
+
+
+def _runner(plan: ThreadPlan) -> BatchRunner:
+    runner = BatchRunner.__new__(BatchRunner)
+    runner.threads, runner._thread, runner._background_runs = plan, threading.local(), 0
+    return runner

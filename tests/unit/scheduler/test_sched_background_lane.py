@@ -1,0 +1,120 @@
+"""Priority isolation's background lane (`--realtime-background-lane`): what the gate leaves out
+of a protected step runs in a second lane meanwhile, one step at a time, sized by the step-time
+model to `--max-hold-ms`; nothing is forced into a protected step.
+
+The fake model's step time is 10 ms plus 2 ms per token (CPU-like: every row costs). The lane
+runs inline (its step is done when the scheduler next looks) and the fake clock moves on by the
+main lane's step times only, as the two lanes run side by side."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from tests.support.sched_fakes import Harness, reference, sched_config
+from tests.unit.scheduler.test_sched_isolation import (
+    CPU_TOKEN_S,
+    HIGH,
+    HOLD_MS,
+    LOW_NEW,
+    LOWS,
+    assert_all_as_alone,
+    start_lows,
+    steps_of,
+)
+from vla_server.io_struct import GetInternalStateReq
+from vla_server.scheduler.factory import background_lane
+
+
+def lane_harness(**cfg) -> Harness:
+    return Harness(
+        enable_priority_scheduling=True,
+        max_running_requests=8,
+        max_hold_ms=HOLD_MS,
+        token_s=CPU_TOKEN_S,
+        background=True,
+        **({"realtime_priority": 100} | cfg),
+    )
+
+
+def lane_steps(h: Harness, rid: str) -> list[int]:
+    return [
+        i for i, b in enumerate(h.runner.background_batches) if any(r.rid == rid for r in b.reqs)
+    ]
+
+
+def test_held_requests_run_in_the_background_lane_never_in_a_protected_step():
+    h = lane_harness()
+    start_lows(h, 0)
+    h.submit("high", HIGH, 16, priority=100, stream=True)
+    h.run()
+    high = steps_of(h, "high")
+    for i in high[1:]:  # the first was built before the model had measured a step alone
+        assert [r.rid for r in h.runner.batches[i].reqs] == ["high"], i
+    for rid in LOWS:
+        assert lane_steps(h, rid), rid
+    # Each background step fits --max-hold-ms as the step-time model predicts it.
+    model = h.core.step_cost
+    for batch in h.runner.background_batches:
+        assert batch.num_tokens == 1 or model.predict(batch.num_tokens) <= HOLD_MS / 1e3
+        assert not any(r.priority == 100 for r in batch.reqs)
+    state = h.control(GetInternalStateReq).data
+    assert state["background_steps"] == len(h.runner.background_batches) > 0
+    assert_all_as_alone(h, {"high": HIGH}, 16)
+
+
+def test_a_request_is_in_one_lane_at_a_time():
+    """No request is in a main-lane batch while its background batch is unapplied, and each
+    request's tokens come out in order (the outputs equal each request's alone)."""
+    h = lane_harness()
+    start_lows(h, 0)
+    h.submit("high", HIGH, 16, priority=100, stream=True)
+    seen_in_both = []
+    while not h.core.is_idle():
+        h.step()
+        bg = h.core.state.background
+        if bg is not None and h.core.state.inflight is not None:
+            seen_in_both += set(bg[0].reqs) & set(h.core.state.inflight[0].reqs)
+    assert seen_in_both == []
+    assert_all_as_alone(h, {"high": HIGH}, 16)
+
+
+def test_without_a_protected_request_the_lane_stays_idle():
+    h = lane_harness()
+    start_lows(h, 0)
+    h.run()
+    assert h.runner.background_batches == []
+    assert h.core.state.background_steps == 0
+    for rid, ids in LOWS.items():
+        assert h.out[rid].ids == reference(ids, LOW_NEW)
+
+
+def test_the_gap_counter_bounds_each_less_important_request_between_its_steps():
+    """The node's own counter of the longest gap between a less important request's steps
+    (max_unprotected_gap_ms) is what the fake clock shows, and it stays below the hold."""
+    h = lane_harness()
+    start_lows(h, 0)
+    h.submit("high", HIGH, 16, priority=100, stream=True)
+    h.run()
+    state = h.control(GetInternalStateReq).data
+    assert 0 < state["max_unprotected_gap_ms"] <= HOLD_MS + state["max_step_ms"]
+    assert state["max_step_ms"] > 0
+
+
+def test_the_node_has_a_lane_with_isolation_on_a_cpu_with_a_core_to_spare(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+
+    def lane(device: torch.device, **cfg) -> bool:
+        executor = background_lane(sched_config(**({"realtime_priority": 10} | cfg)), device)
+        if executor is not None:
+            executor.shutdown()
+        return executor is not None
+
+    assert lane(cpu) and not lane(gpu)
+    assert lane(gpu, realtime_background_lane="on")
+    assert not lane(cpu, realtime_background_lane="off")
+    assert not lane(cpu, realtime_priority=None)
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert not lane(cpu)
