@@ -95,8 +95,8 @@ class ServerArgs:
     realtime_background_lane: str = _opt(
         "auto",
         "priority isolation on a CPU: less important requests held out of protected steps run "
-        "in a second model lane on another core meanwhile, in steps the step-time model predicts "
-        "to last at most --max-hold-ms (auto: on a CPU with at least two cores)",
+        "meanwhile in a second model lane on another core, at the lowest OS priority (auto: on "
+        "a CPU with at least two cores)",
         choices=["auto", "on", "off"],
     )
     realtime_reserve_ms: float = _opt(

@@ -10,8 +10,14 @@ histograms of their own priority. With `--realtime-reserve-ms`, the realtime req
 rhythm is learned (its period is in the internal state) and the window around the next one is
 kept clear as well, which holds the lows more and changes no token either.
 
-The rules themselves (the hold bound, the step-time model) are unit tests on the scheduling
-core: tests/unit/scheduler/test_sched_isolation.py.
+With the background lane (`--realtime-background-lane on`), the held lows run in a second model
+lane meanwhile: they finish, with the outputs they have alone, and the node counts the lane's
+steps, the longest gap between a low's steps and the main process's deferred outputs.
+
+The rules themselves (the hold bound, the step-time model, the lane) are unit tests on the
+scheduling core: tests/unit/scheduler/test_sched_isolation.py and test_sched_background_lane.py;
+the order in which the detokenizer and the main process serve streams:
+tests/unit/frontend/test_stream_order.py.
 """
 
 from __future__ import annotations
@@ -58,6 +64,26 @@ def node(llama_path, tmp_path_factory):
         "50",
         "--realtime-reserve-ms",
         "5",
+        "--realtime-background-lane",
+        "off",  # the max-hold rule itself; the lane has its own node below
+        "--max-total-tokens",
+        "4096",
+    ) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def lane_node(llama_path, tmp_path_factory):
+    with run_server(
+        llama_path,
+        tmp_path_factory.mktemp("isolation-lane"),
+        "--enable-priority-scheduling",
+        "--realtime-priority",
+        str(REALTIME),
+        "--realtime-tolerance",
+        "0",
+        "--realtime-background-lane",
+        "on",
         "--max-total-tokens",
         "4096",
     ) as s:
@@ -102,6 +128,34 @@ async def test_isolation_holds_lows_none_starves_outputs_unchanged(node):
     assert counter == after["held_steps"]
     assert ttfts == len(highs)
     # Every low ended, as it does alone; so did every realtime request.
+    assert [o["output_ids"] for o in outs] == alone
+    assert all(finish_type(o) == "length" for o in outs)
+    assert [h["output_ids"] for h in highs] == high_alone
+    assert after["kv_pool"]["used"] == 0
+
+
+async def test_background_lane_runs_the_held_lows_outputs_unchanged(lane_node):
+    async with lane_node.async_client() as c:
+        alone = await outputs_alone(c, LOWS, LOW_NEW)
+        started = [asyncio.Event() for _ in LOWS]
+        lows = asyncio.gather(
+            *(
+                stream_until_done(c, body(ids, LOW_NEW), ev)
+                for ids, ev in zip(LOWS, started, strict=True)
+            )
+        )
+        await asyncio.wait_for(asyncio.gather(*(ev.wait() for ev in started)), POLL_TIMEOUT_S)
+        highs = await asyncio.wait_for(realtime_until(c, lows), POLL_TIMEOUT_S)
+        outs = await lows
+        after = await wait_idle(c)
+        info = (await c.get("/get_server_info")).json()
+        high_alone = [
+            (await json_of(c.post("/generate", json=body(high_prompt(i), HIGH_NEW))))["output_ids"]
+            for i in range(len(highs))
+        ]
+    assert after["background_steps"] > 0
+    assert after["max_unprotected_gap_ms"] > 0 and after["max_step_ms"] > 0
+    assert set(info["stream_order"]) == {"deferred_outputs", "max_output_defer_ms"}
     assert [o["output_ids"] for o in outs] == alone
     assert all(finish_type(o) == "length" for o in outs)
     assert [h["output_ids"] for h in highs] == high_alone

@@ -129,6 +129,7 @@ class SchedulerCore:
                 return True
         # Overlap: the previous batch's result is applied while this one runs.
         if s.inflight is not None:
+            self._await(s.inflight[1])
             self.results.process(*s.inflight)
         s.inflight = None if batch is None else (batch, future)
         self._launch_background()
@@ -146,11 +147,23 @@ class SchedulerCore:
         return future
 
     def _launch_background(self) -> None:
+        inflight = self.state.inflight
+        if inflight is not None and self.builder.protected_prefill(inflight[0]):
+            return
         batch = None if self.state.paused else self.builder.build_background()
         if batch is not None:
             assert self.background is not None
             future = self.background.submit(self.runner.run_background, batch)
             self.state.background = (batch, future)
+
+    def _await(self, future: Future[BatchResult]) -> None:
+        """Wait for a main-lane batch, keeping the background lane busy meanwhile: each of its
+        steps that ends is applied and followed by the next at once."""
+        while self.state.background is not None and not future.done():
+            futures.wait([future, self.state.background[1]], return_when=futures.FIRST_COMPLETED)
+            self._collect_background(wait=False)
+            if not future.done():
+                self._launch_background()
 
     def _collect_background(self, wait: bool) -> None:
         """Apply the background lane's result once it is there (`wait`: for up to a moment)."""

@@ -21,9 +21,14 @@ The background lane (`--realtime-background-lane`, on a CPU with cores to spare)
 protected robot's steps can take a whole core, and every row others add to them costs; held
 requests would then crawl at the max-hold rate. With the lane, what the gate left out runs
 meanwhile in a second model lane on another core: one background step at a time, built from the
-less important requests no step in flight holds, sized so the step-time model predicts it to
-last at most `--max-hold-ms`. A held request then waits for the background step running when it
-was left out and its own, not for `--max-hold-ms`, and it is never forced into a protected step.
+less important requests no step in flight holds as a step without isolation would be (a token
+for each decoding one, prefill chunks within the chunk budget: big steps do the most work for
+the time they share the cores). A held request then waits for the background step running when
+it was left out and its own, and it is never forced into a protected step. The lane starts no
+step while a protected prompt is being computed (a frame's time to first action), and around a
+control loop's next frame (below) the main lane stays clear of others altogether. Two lanes
+computing at once still slow each other (memory bandwidth, caches, the OS's placement), which is
+why the lane is a trade: the protected robot's latency for the others' throughput.
 
 A control loop's next frame (`--realtime-reserve-ms` R). A protected request that arrives while
 a long step of others runs waits for that step: no gate can shorten a step already running. When
@@ -45,7 +50,7 @@ from vla_server.scheduler.arrival_rhythm import ArrivalRhythm
 from vla_server.scheduler.policy import PolicyConfig
 from vla_server.scheduler.req import Req
 from vla_server.scheduler.state import SchedState
-from vla_server.scheduler.step_cost import StepCostModel
+from vla_server.scheduler.step_cost import MAX_TOKENS, StepCostModel
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,7 @@ class Gate:
         """Whether `req` may get any token this step; counts it as held when not."""
         if self.overdue(req) or self.allowance >= 1:
             return True
+        req.held = True
         if self.counts_held:
             self.state.held_steps += 1
             self.state.num_held += 1
@@ -143,7 +149,9 @@ class Isolation:
         expected = self.rhythm.next_expected() if reserve > 0 else None
         if expected is None or now > expected + self._late_limit(reserve):
             return None
-        allowance = self.model.tokens_within(expected - reserve - now)
+        # With the lane, the main lane keeps clear for the whole window: the next frame comes
+        # when the loop's last one is answered, often well before its median period says.
+        allowance = 0 if self.cfg.lane else self.model.tokens_within(expected - reserve - now)
         return Gate(state, allowance, now, self._gate_hold_s)
 
     def _late_limit(self, reserve: float) -> float:
@@ -166,7 +174,6 @@ class Isolation:
         return Gate(state, allowance, now, self._gate_hold_s)
 
     def background_gate(self, state: SchedState, now: float) -> Gate:
-        """The gate of a background step: as many tokens as the model predicts to run within
-        --max-hold-ms (one at least, so the lane always makes progress)."""
-        allowance = max(1, self.model.tokens_within(self.cfg.max_hold_s))
-        return Gate(state, allowance, now, math.inf, counts_held=False)
+        """The gate of a background step: it takes what a step without isolation would (the
+        chunk budget still bounds its prefill tokens), holding no one."""
+        return Gate(state, MAX_TOKENS, now, math.inf, counts_held=False)

@@ -58,9 +58,10 @@ class Req:
     # When its latest step was built (its arrival before the first): priority isolation holds
     # a less important request for at most --max-hold-ms after this.
     last_step_at: float = 0.0
-    # Its latest step while it kept its KV (None before the first, and after a retraction):
-    # the gaps between a running request's steps, priority isolation's bound.
+    # Its latest step while it kept its KV (None before the first, and after a retraction), and
+    # whether priority isolation held it since: the gaps it waited, isolation's bound.
     gap_from: float | None = None
+    held: bool = False
     prompt_scored_upto: int = 0  # prompt tokens [0, n) whose logprobs were reported
     # Images resolved by this prefill, and features later chunks still need (model worker's).
     prefill_images: PrefillImages = field(default_factory=PrefillImages)

@@ -26,8 +26,8 @@ class SchedState:
     held_steps: int = 0  # steps a request was held out of by priority isolation, summed
     num_held: int = 0  # requests held out of the latest step built
     background_steps: int = 0  # batches launched in the background lane
-    # Priority isolation's bound, as it held: the longest a less important request went from
-    # one of its steps to the next, and the longest step (forward) of either lane.
+    # Priority isolation's bound, as it held: the longest a request that isolation held went
+    # from one of its steps to the next, and the longest step (forward) of either lane.
     max_unprotected_gap_s: float = 0.0
     max_step_s: float = 0.0
 

@@ -93,17 +93,19 @@ class StepBuilder:
 
     def build_background(self) -> ScheduledBatch | None:
         """The background lane's next batch (see isolation.py): less important requests that the
-        latest step's gate left out and no batch in flight holds, the longest waiting first;
-        None while the lane is busy, off, or nothing was left out."""
+        latest step's gate left out and no batch in flight holds, decoding ones first, then the
+        longest waiting (the chunk budget goes to them in that order); None while the lane is
+        busy, off, or nothing was left out."""
         s, kv, iso = self.state, self.kv, self.isolation
         if iso is None or not iso.cfg.lane or s.background is not None or not self.gated:
             return None
+        idle = [r for r in s.running if r.inflight == 0 and _lane_may_take(iso, r)]
+        idle.sort(key=lambda r: (not r.is_decoding, r.last_step_at))
         gate = iso.background_gate(s, self.clock.monotonic())
         adder = PrefillAdder(
             self.policy, s.reserve_ratio, kv.available_tokens(), kv.free_rows(), s.running
         )
-        idle = [r for r in s.running if r.inflight == 0 and _lane_may_take(iso, r)]
-        plan = self._advance(sorted(idle, key=lambda r: r.last_step_at), adder, gate)
+        plan = self._advance(idle, adder, gate)
         if not any(iso.protects(r) for r in s.waiting):  # a protected one gets the room first
             queue = sorted(
                 (r for r in s.waiting if _lane_may_take(iso, r)), key=self.policy.queue_key
@@ -118,6 +120,13 @@ class StepBuilder:
             req.in_background = True
         s.background_steps += 1
         return batch
+
+    def protected_prefill(self, batch: ScheduledBatch) -> bool:
+        """`batch` computes a protected request's prompt (a frame's time to first action)."""
+        iso = self.isolation
+        return iso is not None and any(
+            iso.protects(r) and len(t) > 1 for r, t in zip(batch.reqs, batch.tokens, strict=True)
+        )
 
     def _advance(
         self, reqs: list[Req], adder: PrefillAdder, gate: Gate | None
@@ -257,10 +266,10 @@ class StepBuilder:
             self._stepped(req, now)
 
     def _stepped(self, req: Req, now: float) -> None:
-        iso = self.isolation
-        if req.gap_from is not None and iso is not None and not iso.protects(req):
+        if req.held and req.gap_from is not None:
             s = self.state
             s.max_unprotected_gap_s = max(s.max_unprotected_gap_s, now - req.gap_from)
+        req.held = False
         req.last_step_at = req.gap_from = now
         req.inflight += 1
         if req.queue_time is None:
