@@ -96,7 +96,8 @@ class ServerArgs:
         "auto",
         "priority isolation on a CPU: less important requests held out of protected steps run "
         "meanwhile in a second model lane on another core, at the lowest OS priority (auto: on "
-        "a CPU with at least two cores)",
+        "a CPU with at least two cores, while a one-token step takes at least 8 ms; shorter "
+        "steps are mostly interpreter time, which two lanes share)",
         choices=["auto", "on", "off"],
     )
     realtime_reserve_ms: float = _opt(

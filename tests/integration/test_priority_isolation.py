@@ -99,64 +99,67 @@ async def realtime_until(c: httpx.AsyncClient, done: asyncio.Future) -> list[dic
     return outs
 
 
+async def lows_beside_realtime(c: httpx.AsyncClient) -> tuple[list[dict], list[dict]]:
+    """The lows stream while realtime requests follow one another until every low has ended;
+    (the lows' final outputs, the realtime replies)."""
+    started = [asyncio.Event() for _ in LOWS]
+    lows = asyncio.gather(
+        *(
+            stream_until_done(c, body(ids, LOW_NEW), ev)
+            for ids, ev in zip(LOWS, started, strict=True)
+        )
+    )
+    # a liveness bound, not a latency threshold
+    await asyncio.wait_for(asyncio.gather(*(ev.wait() for ev in started)), POLL_TIMEOUT_S)
+    highs = await asyncio.wait_for(realtime_until(c, lows), POLL_TIMEOUT_S)
+    return await lows, highs
+
+
+async def realtime_alone(c: httpx.AsyncClient, n: int) -> list[list[int]]:
+    """The first `n` realtime prompts' outputs, each served alone."""
+    outs = [
+        await json_of(c.post("/generate", json=body(high_prompt(i), HIGH_NEW))) for i in range(n)
+    ]
+    return [o["output_ids"] for o in outs]
+
+
+def assert_as_alone(
+    outs: list[dict], alone: list[list[int]], highs: list[dict], high_alone
+) -> None:
+    """Every low ended, as it does alone; so did every realtime request."""
+    assert [o["output_ids"] for o in outs] == alone
+    assert all(finish_type(o) == "length" for o in outs)
+    assert [h["output_ids"] for h in highs] == high_alone
+
+
 async def test_isolation_holds_lows_none_starves_outputs_unchanged(node):
     async with node.async_client() as c:
         alone = await outputs_alone(c, LOWS, LOW_NEW)
         before = await internal(c)
-        started = [asyncio.Event() for _ in LOWS]
-        lows = asyncio.gather(
-            *(
-                stream_until_done(c, body(ids, LOW_NEW), ev)
-                for ids, ev in zip(LOWS, started, strict=True)
-            )
-        )
-        # a liveness bound, not a latency threshold
-        await asyncio.wait_for(asyncio.gather(*(ev.wait() for ev in started)), POLL_TIMEOUT_S)
-        highs = await asyncio.wait_for(realtime_until(c, lows), POLL_TIMEOUT_S)
-        outs = await lows
+        outs, highs = await lows_beside_realtime(c)
         after = await wait_idle(c)
         counter = await metric(c, "vla_held_steps_total")
         ttfts = await metric(c, "vla_time_to_first_token_seconds_count", priority=str(REALTIME))
-        high_alone = [
-            (await json_of(c.post("/generate", json=body(high_prompt(i), HIGH_NEW))))["output_ids"]
-            for i in range(len(highs))
-        ]
+        high_alone = await realtime_alone(c, len(highs))
     assert after["held_steps"] > before["held_steps"]
     # Strict holding gives each low at most one step per hold, so many realtime requests run
     # meanwhile: enough arrivals for a period.
     assert len(highs) >= 4 and after["realtime_period_ms"] > 0
     assert counter == after["held_steps"]
     assert ttfts == len(highs)
-    # Every low ended, as it does alone; so did every realtime request.
-    assert [o["output_ids"] for o in outs] == alone
-    assert all(finish_type(o) == "length" for o in outs)
-    assert [h["output_ids"] for h in highs] == high_alone
+    assert_as_alone(outs, alone, highs, high_alone)
     assert after["kv_pool"]["used"] == 0
 
 
 async def test_background_lane_runs_the_held_lows_outputs_unchanged(lane_node):
     async with lane_node.async_client() as c:
         alone = await outputs_alone(c, LOWS, LOW_NEW)
-        started = [asyncio.Event() for _ in LOWS]
-        lows = asyncio.gather(
-            *(
-                stream_until_done(c, body(ids, LOW_NEW), ev)
-                for ids, ev in zip(LOWS, started, strict=True)
-            )
-        )
-        await asyncio.wait_for(asyncio.gather(*(ev.wait() for ev in started)), POLL_TIMEOUT_S)
-        highs = await asyncio.wait_for(realtime_until(c, lows), POLL_TIMEOUT_S)
-        outs = await lows
+        outs, highs = await lows_beside_realtime(c)
         after = await wait_idle(c)
         info = (await c.get("/get_server_info")).json()
-        high_alone = [
-            (await json_of(c.post("/generate", json=body(high_prompt(i), HIGH_NEW))))["output_ids"]
-            for i in range(len(highs))
-        ]
+        high_alone = await realtime_alone(c, len(highs))
     assert after["background_steps"] > 0
     assert after["max_unprotected_gap_ms"] > 0 and after["max_step_ms"] > 0
     assert set(info["stream_order"]) == {"deferred_outputs", "max_output_defer_ms"}
-    assert [o["output_ids"] for o in outs] == alone
-    assert all(finish_type(o) == "length" for o in outs)
-    assert [h["output_ids"] for h in highs] == high_alone
+    assert_as_alone(outs, alone, highs, high_alone)
     assert after["kv_pool"]["used"] == 0

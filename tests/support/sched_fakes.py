@@ -237,6 +237,10 @@ class FakeRunner(BatchRunner):
     def cost(self, batch: ScheduledBatch) -> float:
         return self.step_s + self.token_s * batch.num_tokens
 
+    def cost_of_one(self) -> float:
+        """The time of a one-token step."""
+        return self.step_s + self.token_s
+
     def run(self, batch: ScheduledBatch) -> BatchResult:
         if not getattr(self._thread, "background", False):
             self.batches.append(batch)

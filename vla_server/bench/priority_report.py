@@ -85,6 +85,7 @@ def report(
     alone_refs: dict[int, list[int]],
     node_state: dict[str, Any],
 ) -> dict[str, Any]:
+    """`node_state`: the realtime server's /get_server_info, and `lane_floor` (lane_floor.py)."""
     names = list(phases)
     alone = [x for ph in phases[names[0]] for x in ph.high]
     lows_alone = phases[names[1]]
@@ -114,6 +115,7 @@ def report(
         "realtime_held_steps": state.get("held_steps"),
         "realtime_step_time_ms": state.get("step_time_ms"),
         "realtime_period_ms": state.get("realtime_period_ms"),
+        "lane_floor": node_state.get("lane_floor"),
         "isolation_bound": isolation_bound(state, node_state.get("stream_order") or {}, args),
         "cpu_cores": _mean_cores(cpu),
     }

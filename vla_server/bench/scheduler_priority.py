@@ -13,7 +13,8 @@ priority (FIFO, what priority buys); on the realtime server, at its priority (wh
 buys). Greedy outputs are compared by prompt: the action robot's with its alone run, the low
 robots' with the low-robots-alone case and, for their first `--alone-checks` prompts, with
 each prompt served alone. The raw decode step at batch 1 and N (in-process, in turns with the
-served rounds) shows what batching alone costs the ITL.
+served rounds) shows what batching alone costs the ITL, and the decode step beside a process
+decoding N rows (`lane_floor.py`) what two lanes computing at once cost each other here.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 
 import httpx
 
+from vla_server.bench import lane_floor
 from vla_server.bench.cpu_accounting import cores_by_process, cpu_snapshot
 from vla_server.bench.low_robots import LOW_SEED, LowRobotsProcess, LowSpec, run_lows
 from vla_server.bench.priority_report import Phase, report
@@ -198,12 +200,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 cores = cores_by_process(before, cpu_snapshot(node), wall)
                 cpu[name].append(cores | {"low robots client": ph.low_cpu_s / wall})
                 phases[name].append(ph)
+        floor = lane_floor.measure(bench.path, n, 100, bench.threads)
         iso_case = list(plan)[-1]
         checks = alone_checks(phases[iso_case], args)
         refs = asyncio.run(served_alone(servers["realtime"].url, [b for _, b in checks]))
         node_state = httpx.get(f"{servers['realtime'].url}/get_server_info").json()
     alone_refs = {seed: ids for (seed, _), ids in zip(checks, refs, strict=True)}
-    return report(bench, args, raw, phases, cpu, alone_refs, node_state)
+    return report(bench, args, raw, phases, cpu, alone_refs, node_state | {"lane_floor": floor})
 
 
 def flush_cache(url: str) -> None:

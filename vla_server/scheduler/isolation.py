@@ -52,6 +52,12 @@ from vla_server.scheduler.req import Req
 from vla_server.scheduler.state import SchedState
 from vla_server.scheduler.step_cost import MAX_TOKENS, StepCostModel
 
+# Auto mode's threshold. Below it a step is mostly interpreter time, which two lanes share under
+# one GIL: on the demo VLA (a 3 ms step) the lane raised the protected robot's ITL P50 to 1.5x
+# alone where the max-hold rule kept it at 1.05x; on a 45M Llama (a 14 ms step) it brought the ITL
+# P99 from 18x to about 1.4x (`bench scheduler priority --workload image|text`).
+LANE_MIN_STEP_S = 0.008
+
 
 @dataclass(frozen=True)
 class IsolationConfig:
@@ -59,7 +65,9 @@ class IsolationConfig:
     max_hold_s: float
     tolerance: float  # allowed growth of the protected step's predicted time, a share
     reserve_s: float = 0.0  # half-width of the window kept clear around an expected arrival
-    lane: bool = False  # held requests run in the background lane meanwhile
+    # "off", or the node has a background lane: "on" (always used) or "auto" (used while the
+    # step-time model says a one-token step takes at least LANE_MIN_STEP_S)
+    lane: str = "off"
 
 
 class Gate:
@@ -121,14 +129,22 @@ class Isolation:
             cfg.max_hold_ms / 1e3,
             cfg.realtime_tolerance,
             cfg.realtime_reserve_ms / 1e3,
-            lane,
+            cfg.realtime_background_lane if lane else "off",
         )
         return cls(iso, policy, model)
 
     @property
+    def lane(self) -> bool:
+        """Whether held requests run in the background lane now (else the max-hold rule)."""
+        if self.cfg.lane != "auto":
+            return self.cfg.lane == "on"
+        step = self.model.predict(1)
+        return step is not None and step >= LANE_MIN_STEP_S
+
+    @property
     def _gate_hold_s(self) -> float:
         # With the lane, held requests progress there: none is forced into a protected step.
-        return math.inf if self.cfg.lane else self.cfg.max_hold_s
+        return math.inf if self.lane else self.cfg.max_hold_s
 
     def protects(self, req: Req) -> bool:
         p = self.cfg.realtime_priority
@@ -151,14 +167,14 @@ class Isolation:
             return None
         # With the lane, the main lane keeps clear for the whole window: the next frame comes
         # when the loop's last one is answered, often well before its median period says.
-        allowance = 0 if self.cfg.lane else self.model.tokens_within(expected - reserve - now)
+        allowance = 0 if self.lane else self.model.tokens_within(expected - reserve - now)
         return Gate(state, allowance, now, self._gate_hold_s)
 
     def _late_limit(self, reserve: float) -> float:
         """How late the expected frame may be while its window stays clear: R, or with the
         lane a whole period (holding others out of the main lane then costs them little, and a
         control loop's frames come late by more than R whenever its own steps vary)."""
-        period = self.rhythm.period() if self.cfg.lane else None
+        period = self.rhythm.period() if self.lane else None
         return reserve if period is None else max(reserve, period)
 
     def gate(self, state: SchedState, protected_tokens: int, now: float) -> Gate | None:
@@ -167,7 +183,7 @@ class Isolation:
         protected work: with the lane, the others run there (nothing joins the main lane, the
         next frame follows soon); without it, the window before the next frame is kept."""
         if protected_tokens <= 0:
-            if self.cfg.lane:
+            if self.lane:
                 return Gate(state, 0, now, math.inf)
             return self.reserve_gate(state, now)
         allowance = self.model.allowance(protected_tokens, self.cfg.tolerance)

@@ -97,7 +97,7 @@ class StepBuilder:
         longest waiting (the chunk budget goes to them in that order); None while the lane is
         busy, off, or nothing was left out."""
         s, kv, iso = self.state, self.kv, self.isolation
-        if iso is None or not iso.cfg.lane or s.background is not None or not self.gated:
+        if iso is None or not iso.lane or s.background is not None or not self.gated:
             return None
         idle = [r for r in s.running if r.inflight == 0 and _lane_may_take(iso, r)]
         idle.sort(key=lambda r: (not r.is_decoding, r.last_step_at))

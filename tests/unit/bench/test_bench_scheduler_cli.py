@@ -58,3 +58,17 @@ def test_prompts_of_different_seeds_share_no_prefix_and_repeat_per_seed() -> Non
     assert prompt_ids(600, 3) == prompts[3]
     firsts = [p[:2] for p in prompts]
     assert len(set(map(tuple, firsts))) == len(firsts)
+
+
+def test_priority_workloads_take_their_defaults_and_the_options_on_top(
+    monkeypatch: pytest.MonkeyPatch, captured: dict[str, argparse.Namespace]
+) -> None:
+    from vla_server.bench.scheduler_priority import workload
+
+    main(monkeypatch, "scheduler", "priority", "--workload", "text", "--reps", "4")
+    wl = workload(captured["priority"])
+    assert (wl.name, wl.model, wl.high_prompt, wl.low_prompt) == ("text", "text45m", 61, 81)
+    assert (wl.high_priority, wl.realtime_priority, wl.reserve_ms) == (10, 10, 10.0)
+    assert not wl.lows_in_process and wl.text_prompts
+    assert wl.reps == 4 and isinstance(wl.reps, int)
+    assert captured["priority"].model is None  # the workload's model unless --model is given

@@ -25,16 +25,17 @@ from tests.unit.scheduler.test_sched_isolation import (
 )
 from vla_server.io_struct import GetInternalStateReq
 from vla_server.scheduler.factory import background_lane
+from vla_server.scheduler.isolation import LANE_MIN_STEP_S
 
 
-def lane_harness(**cfg) -> Harness:
+def lane_harness(token_s: float = CPU_TOKEN_S, **cfg) -> Harness:
     return Harness(
         enable_priority_scheduling=True,
         max_running_requests=8,
         max_hold_ms=HOLD_MS,
-        token_s=CPU_TOKEN_S,
+        token_s=token_s,
         background=True,
-        **({"realtime_priority": 100} | cfg),
+        **({"realtime_priority": 100, "realtime_background_lane": "on"} | cfg),
     )
 
 
@@ -101,6 +102,22 @@ def test_the_gap_counter_bounds_each_less_important_request_between_its_steps():
     state = h.control(GetInternalStateReq).data
     assert 0 < state["max_unprotected_gap_ms"] <= HOLD_MS + state["max_step_ms"]
     assert state["max_step_ms"] > 0
+
+
+def test_auto_uses_the_lane_only_for_steps_long_enough_to_be_compute():
+    """In auto mode a one-token step shorter than LANE_MIN_STEP_S keeps the max-hold rule (the
+    fake's 10 ms step is above it; a 1 ms one below)."""
+    slow = lane_harness(realtime_background_lane="auto")
+    fast = lane_harness(realtime_background_lane="auto")
+    fast.runner.step_s, fast.runner.token_s = 0.001, 0.0002
+    assert fast.runner.cost_of_one() < LANE_MIN_STEP_S <= slow.runner.cost_of_one()
+    for h in (slow, fast):
+        start_lows(h, 0)
+        h.submit("high", HIGH, 16, priority=100, stream=True)
+        h.run()
+        assert_all_as_alone(h, {"high": HIGH}, 16)
+    assert slow.core.state.background_steps > 0
+    assert fast.core.state.background_steps == 0 and fast.core.state.held_steps > 0
 
 
 def test_the_node_has_a_lane_with_isolation_on_a_cpu_with_a_core_to_spare(monkeypatch):
