@@ -147,9 +147,6 @@ class SchedulerCore:
         return future
 
     def _launch_background(self) -> None:
-        inflight = self.state.inflight
-        if inflight is not None and self.builder.protected_prefill(inflight[0]):
-            return
         batch = None if self.state.paused else self.builder.build_background()
         if batch is not None:
             assert self.background is not None

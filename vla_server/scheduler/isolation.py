@@ -24,11 +24,11 @@ meanwhile in a second model lane on another core: one background step at a time,
 less important requests no step in flight holds as a step without isolation would be (a token
 for each decoding one, prefill chunks within the chunk budget: big steps do the most work for
 the time they share the cores). A held request then waits for the background step running when
-it was left out and its own, and it is never forced into a protected step. The lane starts no
-step while a protected prompt is being computed (a frame's time to first action), and around a
-control loop's next frame (below) the main lane stays clear of others altogether. Two lanes
-computing at once still slow each other (memory bandwidth, caches, the OS's placement), which is
-why the lane is a trade: the protected robot's latency for the others' throughput.
+it was left out and its own; it never joins a protected step (it would miss the lane's next
+step), and around a control loop's next frame (below) the main lane stays clear of others too.
+Two lanes computing at once still slow each other (memory bandwidth, caches, the OS's
+placement), which is why the lane is a trade: the protected robot's latency for the others'
+throughput.
 
 A control loop's next frame (`--realtime-reserve-ms` R). A protected request that arrives while
 a long step of others runs waits for that step: no gate can shorten a step already running. When
@@ -178,13 +178,12 @@ class Isolation:
         return reserve if period is None else max(reserve, period)
 
     def gate(self, state: SchedState, protected_tokens: int, now: float) -> Gate | None:
-        """The gate of a step carrying `protected_tokens`. One that carries none while a
-        protected request is in flight (it awaits its last result, or room) is a step without
-        protected work: with the lane, the others run there (nothing joins the main lane, the
-        next frame follows soon); without it, the window before the next frame is kept."""
+        """The gate of a step carrying `protected_tokens`. With the lane nothing else joins it
+        (the others run there). Without, one that carries none while a protected request is in
+        flight (it awaits its last result, or room) keeps the window before the next frame."""
+        if self.lane:  # the others run in the lane; one in a protected step would miss it
+            return Gate(state, 0, now, math.inf)
         if protected_tokens <= 0:
-            if self.lane:
-                return Gate(state, 0, now, math.inf)
             return self.reserve_gate(state, now)
         allowance = self.model.allowance(protected_tokens, self.cfg.tolerance)
         return Gate(state, allowance, now, self._gate_hold_s)

@@ -121,13 +121,6 @@ class StepBuilder:
         s.background_steps += 1
         return batch
 
-    def protected_prefill(self, batch: ScheduledBatch) -> bool:
-        """`batch` computes a protected request's prompt (a frame's time to first action)."""
-        iso = self.isolation
-        return iso is not None and any(
-            iso.protects(r) and len(t) > 1 for r, t in zip(batch.reqs, batch.tokens, strict=True)
-        )
-
     def _advance(
         self, reqs: list[Req], adder: PrefillAdder, gate: Gate | None
     ) -> list[tuple[Req, int]]:

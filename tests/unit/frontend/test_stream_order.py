@@ -80,7 +80,7 @@ async def test_a_deferred_stream_wakes_after_max_hold_at_the_latest():
     so.hand_over([low], protected=False)
     assert not low.event.is_set()
     await asyncio.wait_for(low.event.wait(), LIVENESS_S)  # the hold ran out: no protected output
-    assert so.state()["max_output_defer_ms"] >= 10.0  # the timer never fires early
+    assert so.state()["max_output_defer_ms"] > 9.9  # the timer does not fire early
     assert so.deferred == {}
 
 
