@@ -133,9 +133,9 @@ def report(
 def isolation_bound(
     state: dict[str, Any], order: dict[str, Any], args: argparse.Namespace
 ) -> dict[str, float]:
-    """The realtime server's own counters over the whole run: the longest a low request went
-    between two of its steps, plus the longest its output was deferred in the main process,
-    against `--max-hold-ms` plus the longest step (either lane)."""
+    """The realtime server's own counters over the whole run: the longest a held request went
+    between two of its steps (scheduler) and the longest an output was deferred (main process),
+    each and summed against `--max-hold-ms` plus the longest step (either lane)."""
     gap = state.get("max_unprotected_gap_ms", 0.0)
     defer = order.get("max_output_defer_ms", 0.0)
     step = state.get("max_step_ms", 0.0)
@@ -147,6 +147,8 @@ def isolation_bound(
         "max_hold_ms": hold,
         "background_steps": state.get("background_steps", 0),
         "deferred_outputs": order.get("deferred_outputs", 0),
+        "scheduler_ratio": gap / (hold + step),
+        "main_process_ratio": defer / (hold + step),
         "ratio": (gap + defer) / (hold + step),
     }
     print("isolation bound (node counters): " + ", ".join(f"{k} {v:.1f}" for k, v in bound.items()))
