@@ -50,43 +50,23 @@ def high_prompt(i: int) -> list[int]:
     return [200 + i % 40, 201, 7, 9]
 
 
+# Strict isolation (others join a protected step only when forced) on a small KV pool.
+STRICT = ("--enable-priority-scheduling", "--realtime-priority", str(REALTIME))
+STRICT += ("--realtime-tolerance", "0", "--max-total-tokens", "4096")
+
+
 @pytest.fixture(scope="module")
 def node(llama_path, tmp_path_factory):
-    with run_server(
-        llama_path,
-        tmp_path_factory.mktemp("isolation"),
-        "--enable-priority-scheduling",
-        "--realtime-priority",
-        str(REALTIME),
-        "--realtime-tolerance",
-        "0",
-        "--max-hold-ms",
-        "50",
-        "--realtime-reserve-ms",
-        "5",
-        "--realtime-background-lane",
-        "off",  # the max-hold rule itself; the lane has its own node below
-        "--max-total-tokens",
-        "4096",
-    ) as s:
+    # the max-hold rule itself; the lane has its own node below
+    flags = ("--max-hold-ms", "50", "--realtime-reserve-ms", "5", "--realtime-background-lane")
+    with run_server(llama_path, tmp_path_factory.mktemp("isolation"), *STRICT, *flags, "off") as s:
         yield s
 
 
 @pytest.fixture(scope="module")
 def lane_node(llama_path, tmp_path_factory):
-    with run_server(
-        llama_path,
-        tmp_path_factory.mktemp("isolation-lane"),
-        "--enable-priority-scheduling",
-        "--realtime-priority",
-        str(REALTIME),
-        "--realtime-tolerance",
-        "0",
-        "--realtime-background-lane",
-        "on",
-        "--max-total-tokens",
-        "4096",
-    ) as s:
+    folder = tmp_path_factory.mktemp("isolation-lane")
+    with run_server(llama_path, folder, *STRICT, "--realtime-background-lane", "on") as s:
         yield s
 
 
