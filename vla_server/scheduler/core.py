@@ -124,6 +124,7 @@ class SchedulerCore:
             s.step_count += 1
             future = self._launch(batch)
             if not self.overlap:
+                self._await(future)
                 self.results.process(batch, future)
                 self._launch_background()
                 return True

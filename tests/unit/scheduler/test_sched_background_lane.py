@@ -136,3 +136,12 @@ def test_the_node_has_a_lane_with_isolation_on_a_cpu_with_a_core_to_spare(monkey
     assert not lane(cpu, realtime_priority=None)
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
     assert not lane(cpu)
+
+
+def test_the_lane_runs_without_overlap_too():
+    h = lane_harness(disable_overlap_schedule=True)
+    start_lows(h, 0)
+    h.submit("high", HIGH, 16, priority=100, stream=True)
+    h.run()
+    assert h.core.state.background_steps > 0
+    assert_all_as_alone(h, {"high": HIGH}, 16)
