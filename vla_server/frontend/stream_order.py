@@ -42,11 +42,12 @@ class StreamOrder:
 
     def hand_over(self, states: list[ReqState], protected: bool) -> None:
         """Wake the streams of `states`, which just got output from one message."""
-        if protected or not self._protected_in_flight():
+        held_back = self._protected_in_flight()
+        if protected or not held_back:
             for st in states:
                 st.event.set()
             if self.deferred:
-                if self._protected_in_flight():
+                if held_back:
                     # Right after the protected streams have written what they just got.
                     asyncio.get_running_loop().call_soon(self.flush)
                 else:

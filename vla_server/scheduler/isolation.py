@@ -50,7 +50,7 @@ from vla_server.scheduler.arrival_rhythm import ArrivalRhythm
 from vla_server.scheduler.policy import PolicyConfig
 from vla_server.scheduler.req import Req
 from vla_server.scheduler.state import SchedState
-from vla_server.scheduler.step_cost import MAX_TOKENS, StepCostModel
+from vla_server.scheduler.step_cost import StepCostModel
 
 # Auto mode's threshold. Below it a step is mostly interpreter time, which two lanes share under
 # one GIL: on the demo VLA (a 3 ms step) the lane raised the protected robot's ITL P50 to 1.5x
@@ -73,19 +73,11 @@ class IsolationConfig:
 class Gate:
     """Admission of less important work into one protected step."""
 
-    def __init__(
-        self,
-        state: SchedState,
-        allowance: int,
-        now: float,
-        max_hold_s: float,
-        counts_held: bool = True,
-    ):
+    def __init__(self, state: SchedState, allowance: int, now: float, max_hold_s: float):
         self.state = state
         self.allowance = allowance  # tokens others may still add
         self.now = now
         self.max_hold_s = max_hold_s
-        self.counts_held = counts_held  # a protected step's gate: who it leaves out is held
 
     def overdue(self, req: Req) -> bool:
         return self.now - req.last_step_at >= self.max_hold_s
@@ -95,9 +87,8 @@ class Gate:
         if self.overdue(req) or self.allowance >= 1:
             return True
         req.held = True
-        if self.counts_held:
-            self.state.held_steps += 1
-            self.state.num_held += 1
+        self.state.held_steps += 1
+        self.state.num_held += 1
         return False
 
     def allow(self, req: Req, need: int) -> int:
@@ -187,8 +178,3 @@ class Isolation:
             return self.reserve_gate(state, now)
         allowance = self.model.allowance(protected_tokens, self.cfg.tolerance)
         return Gate(state, allowance, now, self._gate_hold_s)
-
-    def background_gate(self, state: SchedState, now: float) -> Gate:
-        """The gate of a background step: it takes what a step without isolation would (the
-        chunk budget still bounds its prefill tokens), holding no one."""
-        return Gate(state, MAX_TOKENS, now, math.inf, counts_held=False)

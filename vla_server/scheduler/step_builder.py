@@ -101,16 +101,15 @@ class StepBuilder:
             return None
         idle = [r for r in s.running if r.inflight == 0 and _lane_may_take(iso, r)]
         idle.sort(key=lambda r: (not r.is_decoding, r.last_step_at))
-        gate = iso.background_gate(s, self.clock.monotonic())
         adder = PrefillAdder(
             self.policy, s.reserve_ratio, kv.available_tokens(), kv.free_rows(), s.running
         )
-        plan = self._advance(idle, adder, gate)
+        plan = self._advance(idle, adder, None)  # a step as without isolation: no gate
         if not any(iso.protects(r) for r in s.waiting):  # a protected one gets the room first
             queue = sorted(
                 (r for r in s.waiting if _lane_may_take(iso, r)), key=self.policy.queue_key
             )
-            plan += self._admit(queue, adder, gate, preempt=False)[0]
+            plan += self._admit(queue, adder, None, preempt=False)[0]
         plan = [(r, n) for r, n in plan if n]
         slots = kv.alloc(sum(n for _, n in plan)) if plan else None
         if slots is None:  # nothing to run, or no room now: the lane waits for the next step
