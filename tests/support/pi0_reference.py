@@ -1,8 +1,8 @@
 """Test-only references for pi0 and pi0.5, sharing no code with the node:
 
-* `hf_pi0`: transformers' own `PI0ForConditionalGeneration` (5.24 ships PI0, not pi0.5), built
-  from a code-made `PI0Config` with the tiny checkpoint's `vlm_config` / `dit_config`, its
-  weights copied from the checkpoint's openpi-named tensors through a rename table; with
+* `hf_pi0`: transformers' own `PI0ForConditionalGeneration` (`vla_server.bench.hf_pi`: a
+  code-made `PI0Config` with the checkpoint's `vlm_config` / `dit_config`, its weights copied
+  from the checkpoint's openpi-named tensors through a rename table; no node model code); with
   `hf_prefix_cache`, the PaliGemma prefix cache it denoises over.
 * `SpecReference`: pi0 and pi0.5 written from the spec (shared/reference/pi0.md §2, openpi's
   `pi0.py` / `gemma.py` semantics) as openpi trains them: one dense joint sequence [prefix ;
@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from functools import cache
@@ -25,70 +24,19 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-PALIGEMMA = "paligemma_with_expert.paligemma."
-EXPERT = "paligemma_with_expert.gemma_expert."
-# openpi's names -> transformers PI0's (prefix renames; the first that matches applies).
-HF_RENAMES = (
-    (PALIGEMMA + "model.vision_tower.vision_model.", "model.vlm.vision_tower."),
-    (PALIGEMMA + "model.multi_modal_projector.", "model.vlm.multi_modal_projector."),
-    (PALIGEMMA + "model.language_model.", "model.vlm.language_model."),
-    (PALIGEMMA + "lm_head.weight", "model.vlm.language_model.embed_tokens.weight"),  # tied
-    (EXPERT + "model.", "model.dit."),
-    ("state_proj.", "embed_action_time.state_proj."),
-    ("action_in_proj.", "embed_action_time.action_in_proj."),
-    ("action_time_mlp_in.", "embed_action_time.action_time_mlp_in."),
-    ("action_time_mlp_out.", "embed_action_time.action_time_mlp_out."),
-    ("action_out_proj.", "action_out_proj."),
+from vla_server.bench.hf_pi import (
+    EXPERT,
+    PALIGEMMA,
+    checkpoint_tensors,
+    folder_config,
+    hf_policy,
+    sinusoid_frequencies,
 )
-
-
-def checkpoint_tensors(folder: str | Path) -> dict[str, torch.Tensor]:
-    """The folder's tensors under openpi's bare names (a LeRobot `model.` prefix removed)."""
-    from safetensors.torch import load_file
-
-    tensors = load_file(str(Path(folder) / "model.safetensors"))
-    return {name.removeprefix("model."): t for name, t in tensors.items()}
-
-
-def folder_config(folder: str | Path) -> dict:
-    return json.loads((Path(folder) / "config.json").read_text())
-
-
-def sinusoid_frequencies(width: int, min_period: float = 4e-3, max_period: float = 4.0):
-    """2 pi / period over width / 2 periods, in float64 as openpi and LeRobot compute them."""
-    fraction = torch.linspace(0.0, 1.0, width // 2, dtype=torch.float64)
-    return 2 * math.pi / (min_period * (max_period / min_period) ** fraction)
 
 
 @cache
 def hf_pi0(folder: str) -> torch.nn.Module:
-    from transformers import PI0Config, PI0ForConditionalGeneration
-
-    raw = folder_config(folder)
-    config = PI0Config(
-        vlm_config=raw["vlm_config"],
-        dit_config=raw["dit_config"],
-        chunk_size=raw.get("chunk_size", raw.get("action_horizon")),
-        max_state_dim=raw.get("max_state_dim", raw.get("action_dim")),
-        max_action_dim=raw.get("max_action_dim", raw.get("action_dim")),
-    )
-    model = PI0ForConditionalGeneration(config).eval()
-    state = {}
-    for name, tensor in checkpoint_tensors(folder).items():
-        rename = next(((old, new) for old, new in HF_RENAMES if name.startswith(old)), None)
-        if rename is not None:
-            state[rename[1] + name[len(rename[0]) :]] = tensor
-        else:
-            assert name == EXPERT + "lm_head.weight", name  # unused by both
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    assert missing == ["model.dit.embed_tokens.weight"] and not unexpected  # the expert's is unused
-    # transformers computes the time embedding's frequencies, and their products with t, in
-    # float32; openpi and LeRobot (whose checkpoints these are) in float64. At t near 1 the
-    # arguments reach ~1571 rad, where float32 is off by ~1e-4, more than the tolerance, so the
-    # oracle gets openpi's float64 frequencies (the product then runs in float64 too).
-    embeds = model.embed_action_time.sinusoid_embeds
-    embeds.sinusoid_freq = sinusoid_frequencies(config.dit_config.hidden_size)
-    return model
+    return hf_policy(folder, "pi0")
 
 
 @dataclass

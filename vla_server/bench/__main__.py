@@ -19,6 +19,7 @@ BENCHES = {
     "soak": "vla_server.bench.soak",
     "control": "vla_server.bench.control",
     "flow": "vla_server.bench.flow",
+    "pi": "vla_server.bench.pi",
     "lerobot-client": "vla_server.bench.lerobot_client",
 }
 

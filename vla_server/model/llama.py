@@ -92,6 +92,16 @@ class LlamaAttention(nn.Module):
         k = apply_rotary(k.view(-1, self.num_kv_heads, self.head_dim), cos, sin)
         return q, k, v.view(-1, self.num_kv_heads, self.head_dim)
 
+    def rotated_kv(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`rotated_qkv`'s k and v alone: the projection's K/V rows, no queries."""
+        proj = self.qkv_proj
+        bias = None if proj.bias is None else proj.bias[self.q_size :]
+        k, v = F.linear(x, proj.weight[self.q_size :], bias).split(self.kv_size, dim=-1)
+        k = apply_rotary(k.view(-1, self.num_kv_heads, self.head_dim), cos, sin)
+        return k, v.view(-1, self.num_kv_heads, self.head_dim)
+
 
 class LlamaMLP(nn.Module):
     def __init__(self, config: ModelConfig, dtype: torch.dtype, device: str):
@@ -125,6 +135,15 @@ class LlamaDecoderLayer(nn.Module):
         h = h + self.self_attn(self.input_layernorm(h), cos, sin, batch, attn)
         return h + self.mlp(self.post_attention_layernorm(h))
 
+    def write_kv(
+        self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: ForwardBatch,
+        attn: AttentionBackend,
+    ) -> None:  # fmt: skip
+        """Only this layer's K/V of h into the pool: what a later token or an action head
+        reads of the last layer when nothing reads the stack's outputs."""
+        k, v = self.self_attn.rotated_kv(self.input_layernorm(h), cos, sin)
+        attn.kv_pool.set_kv(self.self_attn.layer_id, batch.out_cache_loc, k, v)
+
 
 class LlamaForCausalLM(nn.Module):
     def __init__(
@@ -149,9 +168,14 @@ class LlamaForCausalLM(nn.Module):
         positions = max(max_positions or 0, config.max_position_embeddings)
         self.rotary = RotaryEmbedding(config, positions, device)
 
-    def forward(self, batch: ForwardBatch, attn: AttentionBackend) -> torch.Tensor:
+    def forward(
+        self, batch: ForwardBatch, attn: AttentionBackend, *, outputs: bool = True
+    ) -> torch.Tensor | None:
         """Hidden states [num_tokens, hidden] after the final norm, for every new token.
 
+        `outputs=False` (nothing reads them: a prefill chunk, the prefix an action head
+        denoises over) writes every layer's K/V and returns None: the last layer's attention
+        and MLP, whose results only the outputs read, are skipped.
         The caller has run `attn.init_forward_metadata(batch)` for this batch.
         """
         h = self.embed(batch)
@@ -159,9 +183,13 @@ class LlamaForCausalLM(nn.Module):
         if self.rotary.is_dynamic and max(batch.seq_lens_cpu) > self.config.max_position_embeddings:
             token_seq_lens = torch.repeat_interleave(batch.seq_lens, batch.extend_lens)
         cos, sin = self.rotary.cos_sin(batch.positions, token_seq_lens)
-        for layer in self.layers:
+        *layers, last = self.layers
+        for layer in layers:
             h = layer(h, cos, sin, batch, attn)
-        return self.norm(h)
+        if not outputs:
+            last.write_kv(h, cos, sin, batch, attn)
+            return None
+        return self.norm(last(h, cos, sin, batch, attn))
 
     def embed(self, batch: ForwardBatch) -> torch.Tensor:
         """Token embeddings, replaced by caller embeddings where `input_embeds_mask` is True.

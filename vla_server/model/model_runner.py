@@ -266,10 +266,14 @@ class ModelRunner:
         prompt of a denoised chunk) skips the vocabulary projection of the last tokens ([0, V]
         instead)."""
         self.attn_backend.init_forward_metadata(batch)
-        with self.clock.phase("decoder"):
-            hidden = self.model(batch, self.attn_backend)
-        self.counters.vlm_tokens += batch.num_tokens
         spans = list(prompt_logprob_spans or [None] * batch.batch_size)
+        outputs = next_token_logits or any(span is not None for span in spans)
+        with self.clock.phase("decoder"):
+            hidden = self.model(batch, self.attn_backend, outputs=outputs)
+        self.counters.vlm_tokens += batch.num_tokens
+        if hidden is None:
+            empty = torch.empty((0, self.vocab_size), dtype=torch.float32, device=self.device)
+            return LogitsOutput(empty, [None] * batch.batch_size)
         rows = [batch.last_token_index] if next_token_logits else []
         starts = [0, *accumulate(batch.extend_lens_cpu)]
         for i, span in enumerate(spans):
@@ -278,9 +282,6 @@ class ModelRunner:
                     raise ValueError(f"prompt logprob span {span} outside request {i}'s new tokens")
                 first, last = starts[i] + span[0], starts[i] + span[1]
                 rows.append(torch.arange(first, last, device=self.device))
-        if not rows:
-            empty = hidden.new_empty((0, self.vocab_size), dtype=torch.float32)
-            return LogitsOutput(empty, [None] * batch.batch_size)
         logits = self.model.compute_logits(hidden[torch.cat(rows)])
         n_next = batch.batch_size if next_token_logits else 0
         next_logits, rest = logits[:n_next], logits[n_next:]

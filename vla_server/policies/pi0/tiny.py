@@ -34,6 +34,7 @@ import torch
 
 from vla_server.model.checkpoint_cache import cached_folder
 from vla_server.policies.pi0.flow_keys import EXPERT_LM_HEAD, EXPERT_PREFIX, HEADS
+from vla_server.policies.pi_common.paligemma_dims import MID, TINY, PaliGemmaDims
 from vla_server.policies.pi_common.tiny_paligemma import (
     FAST_VOCAB,
     IMAGE_SIZE,
@@ -61,28 +62,28 @@ FLOW_SPREAD = 0.2  # std of the flow matrices: wide, so outputs are not near 0
 RTC_CHUNK, RTC_FLOW_SPREAD = 50, 0.1
 MAX_DIM = 32
 NUM_STEPS = 10
-EXPERT_WIDTH, EXPERT_MLP = 64 // 2, 64
 ASSET_ID = "tiny"
 VERSION = 1
 
 
-def dit_config() -> dict[str, Any]:
-    """The tiny expert as a transformers Gemma config dict (`PI0Config.dit_config`)."""
+def dit_config(dims: PaliGemmaDims = TINY) -> dict[str, Any]:
+    """The expert as a transformers Gemma config dict (`PI0Config.dit_config`): `dims`' width
+    and MLP, the backbone's depth and heads."""
     return {
         "model_type": "gemma",
-        "hidden_size": EXPERT_WIDTH,
-        "num_hidden_layers": 2,
-        "intermediate_size": EXPERT_MLP,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 1,
-        "head_dim": 16,
+        "hidden_size": dims.expert_width,
+        "num_hidden_layers": dims.text_layers,
+        "intermediate_size": dims.expert_mlp,
+        "num_attention_heads": dims.text_heads,
+        "num_key_value_heads": dims.kv_heads,
+        "head_dim": dims.head_dim,
         "hidden_act": "gelu_pytorch_tanh",
     }
 
 
-def _shapes(kind: str) -> dict[str, tuple[int, ...]]:
+def _shapes(kind: str, dims: PaliGemmaDims) -> dict[str, tuple[int, ...]]:
     """Every flow tensor (bare openpi name) and its shape."""
-    d = dit_config()
+    d = dit_config(dims)
     w, mlp, heads_dim = d["hidden_size"], d["intermediate_size"], d["head_dim"]
     q, kv = d["num_attention_heads"] * heads_dim, d["num_key_value_heads"] * heads_dim
     out: dict[str, tuple[int, ...]] = {}
@@ -113,20 +114,23 @@ def _shapes(kind: str) -> dict[str, tuple[int, ...]]:
 
 
 def random_flow_tensors(
-    kind: str, seed: int, spread: float = FLOW_SPREAD
+    kind: str, seed: int, spread: float = FLOW_SPREAD, dims: PaliGemmaDims = TINY
 ) -> dict[str, torch.Tensor]:
     """The expert and heads with wide random weights (std `spread`); norm offsets and biases
     narrower."""
     generator = torch.Generator().manual_seed(seed + 2)
     out = {}
-    for name, shape in _shapes(kind).items():
+    for name, shape in _shapes(kind, dims).items():
         noise = torch.randn(shape, generator=generator)
         out[name] = spread * noise if len(shape) >= 2 else 0.1 * noise
     return out
 
 
-def _lerobot_config(kind: str, vlm: dict[str, Any], chunk: int, robot: TinyRobot) -> dict[str, Any]:
-    visual = {"type": "VISUAL", "shape": [3, IMAGE_SIZE, IMAGE_SIZE]}
+def _lerobot_config(
+    kind: str, vlm: dict[str, Any], chunk: int, robot: TinyRobot, dims: PaliGemmaDims
+) -> dict[str, Any]:
+    size = dims.image_size
+    visual = {"type": "VISUAL", "shape": [3, size, size]}
     mode = "MEAN_STD" if kind == "pi0" else "QUANTILES"
     return {
         "type": kind,
@@ -147,10 +151,10 @@ def _lerobot_config(kind: str, vlm: dict[str, Any], chunk: int, robot: TinyRobot
         "num_inference_steps": NUM_STEPS,
         "min_period": 4e-3,
         "max_period": 4.0,
-        "image_resolution": [IMAGE_SIZE, IMAGE_SIZE],
+        "image_resolution": [size, size],
         "tokenizer_max_length": 48 if kind == "pi0" else 200,
         "vlm_config": vlm,
-        "dit_config": dit_config(),
+        "dit_config": dit_config(dims),
     }
 
 
@@ -177,17 +181,18 @@ def _write_norm_stats(out: Path, robot: TinyRobot) -> None:
 
 def build_pi0(
     out: Path, kind: str, layout: str, seed: int = 0, chunk: int = CHUNK,
-    spread: float = FLOW_SPREAD, robot: TinyRobot = TINY_ROBOT,
+    spread: float = FLOW_SPREAD, robot: TinyRobot = TINY_ROBOT, dims: PaliGemmaDims = TINY,
 ) -> None:  # fmt: skip
     from safetensors.torch import save_file
 
     tokenizer = build_text_tokenizer(TEXT_BPE, FAST_VOCAB, SKIP)
-    vlm = vlm_config(len(tokenizer))
-    tensors = {**lerobot_tensors(random_paligemma(vlm, seed), "bare"),
-               **random_flow_tensors(kind, seed, spread)}  # fmt: skip
+    vlm = vlm_config(len(tokenizer), dims)
+    tensors = {**lerobot_tensors(random_paligemma(vlm, seed, dims.spread), "bare"),
+               **random_flow_tensors(kind, seed, spread, dims)}  # fmt: skip
     if layout != "bare":
         generator = torch.Generator().manual_seed(seed + 3)
-        tensors[EXPERT_LM_HEAD] = torch.randn((len(tokenizer), EXPERT_WIDTH), generator=generator)
+        shape = (len(tokenizer), dims.expert_width)
+        tensors[EXPERT_LM_HEAD] = torch.randn(shape, generator=generator)
     if layout == "prefixed":
         tensors = {"model." + name: tensor for name, tensor in tensors.items()}
     save_file(tensors, str(out / "model.safetensors"))
@@ -196,7 +201,7 @@ def build_pi0(
         write_json_file(out / "config.json", _openpi_config(vlm, chunk, robot))
         _write_norm_stats(out, robot)
     else:
-        write_json_file(out / "config.json", _lerobot_config(kind, vlm, chunk, robot))
+        write_json_file(out / "config.json", _lerobot_config(kind, vlm, chunk, robot, dims))
         write_processors(out, "MEAN_STD" if kind == "pi0" else "QUANTILES", robot)
 
 
@@ -219,6 +224,16 @@ def pi0_model_path(
     name += "" if spread == FLOW_SPREAD else f"-spread{spread}"
     name += "" if robot == "tiny" else f"-{robot}"
     build = lambda out: build_pi0(out, kind, layout, seed, chunk, spread, ROBOTS[robot])  # noqa: E731
+    return cached_folder(name, build)
+
+
+def mid_pi0_model_path(kind: str, seed: int = 0) -> Path:
+    """The mid-size pi0 / pi0.5 (`paligemma_dims.MID`, LeRobot's layout): what the speed
+    benchmarks time."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind {kind!r} (one of {', '.join(KINDS)})")
+    name = f"mid-{kind}-v{VERSION}-bare-{seed}"
+    build = lambda out: build_pi0(out, kind, "bare", seed, MID.chunk, MID.spread, dims=MID)  # noqa: E731
     return cached_folder(name, build)
 
 

@@ -17,11 +17,12 @@ from typing import Any
 import torch
 
 from vla_server.policies.demo_robots import SO100_CAMERAS, so100_stats
+from vla_server.policies.pi_common.paligemma_dims import TINY, PaliGemmaDims
 
 CAMERAS = ("base_0_rgb", "wrist_0_rgb")
 STATE_DIM, ACTION_DIM, CHUNK = 4, 3, 4
 FAST_VOCAB, SKIP, TEXT_BPE = 256, 8, 320
-IMAGE_SIZE = 28
+IMAGE_SIZE = TINY.image_size
 PREFIXES = {
     "bare": "paligemma_with_expert.paligemma.",
     "prefixed": "model.paligemma_with_expert.paligemma.",
@@ -66,45 +67,46 @@ SO100_ROBOT = TinyRobot(SO100_CAMERAS, so100_stats(), so100_stats())
 ROBOTS = {"tiny": TINY_ROBOT, "so100": SO100_ROBOT}
 
 
-def vlm_config(vocab_size: int) -> dict[str, Any]:
-    """The tiny PaliGemma, as a transformers config dict (the image token is one past the
-    vocabulary, as in the real 257152-id model)."""
+def vlm_config(vocab_size: int, dims: PaliGemmaDims = TINY) -> dict[str, Any]:
+    """The PaliGemma of size `dims`, as a transformers config dict (the image token is one past
+    the vocabulary, as in the real 257152-id model)."""
     from transformers import PaliGemmaConfig
 
     text = {
         "model_type": "gemma",
-        "hidden_size": 64,
-        "num_hidden_layers": 2,
-        "intermediate_size": 128,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 1,
-        "head_dim": 16,
+        "hidden_size": dims.text_width,
+        "num_hidden_layers": dims.text_layers,
+        "intermediate_size": dims.text_mlp,
+        "num_attention_heads": dims.text_heads,
+        "num_key_value_heads": dims.kv_heads,
+        "head_dim": dims.head_dim,
         "vocab_size": vocab_size,
         "hidden_act": "gelu_pytorch_tanh",
-        "max_position_embeddings": 512,
+        "max_position_embeddings": max(512, 2 * dims.tokens_per_camera + 512),
     }
     vision = {
         "model_type": "siglip_vision_model",
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "image_size": IMAGE_SIZE,
-        "patch_size": 14,
+        "hidden_size": dims.siglip_width,
+        "intermediate_size": dims.siglip_mlp,
+        "num_hidden_layers": dims.siglip_layers,
+        "num_attention_heads": dims.siglip_heads,
+        "image_size": dims.image_size,
+        "patch_size": dims.patch_size,
         "vision_use_head": False,
     }
     config = PaliGemmaConfig(
         text_config=text,
         vision_config=vision,
         image_token_index=vocab_size,
-        projection_dim=64,
-        hidden_size=64,
+        projection_dim=dims.text_width,
+        hidden_size=dims.text_width,
     )
     return config.to_dict()
 
 
-def random_paligemma(vlm: dict[str, Any], seed: int) -> Any:
-    """transformers' PaliGemmaForConditionalGeneration with wide random weights."""
+def random_paligemma(vlm: dict[str, Any], seed: int, spread: float = TINY.spread) -> Any:
+    """transformers' PaliGemmaForConditionalGeneration with wide random weights (matrices at
+    std `spread`)."""
     from transformers import PaliGemmaConfig, PaliGemmaForConditionalGeneration
 
     torch.manual_seed(seed)
@@ -114,7 +116,7 @@ def random_paligemma(vlm: dict[str, Any], seed: int) -> Any:
         for name, param in model.named_parameters():
             noise = torch.randn(param.shape, generator=generator)
             if param.dim() >= 2:
-                param.copy_(0.2 * noise)
+                param.copy_(spread * noise)
             elif "layernorm" in name or "layer_norm" in name:  # SigLIP LayerNorm: scale ~ 1
                 param.copy_(1.0 + 0.1 * noise if name.endswith("weight") else 0.1 * noise)
             else:  # Gemma RMSNorm offsets, biases

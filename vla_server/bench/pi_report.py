@@ -1,0 +1,56 @@
+"""Tables, the bar chart and the operator profile of `bench pi` (`pi.py`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from vla_harness.stats import table
+
+
+def print_phases(result: dict[str, Any]) -> None:
+    for n, timed in result["by_threads"].items():
+        print(f"\n{result['kind']} ({Path(result['folder']).name}), {n} torch thread(s); "
+              f"chunks differ by at most {timed['max_chunk_difference']:.2e}")  # fmt: skip
+        print(table(timed["rows"], list(timed["rows"][0])))
+
+
+def profile_markdown(results: list[dict[str, Any]]) -> str:
+    """Each kind's, path's and phase's top operators (self CPU time of one observation)."""
+    lines = ["# Top operators per phase (`python -m vla_server.bench pi`)", ""]
+    for result in results:
+        for path, phases in result["top_operators"].items():
+            for phase, ops in phases.items():
+                lines += [f"## {result['kind']}, {path}, {phase}", "",
+                          "| operator | self ms | calls |", "|---|---|---|"]  # fmt: skip
+                lines += [f"| `{o['op']}` | {o['self_ms']:.2f} | {o['calls']} |" for o in ops]
+                lines.append("")
+    return "\n".join(lines)
+
+
+def plot_phases(path: Path, results: list[dict[str, Any]]) -> None:
+    """Per kind and thread count: each phase's P50, node beside transformers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(r, n) for r in results for n in r["by_threads"]]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4), squeeze=False)
+    for ax, (result, n) in zip(axes[0], panels, strict=True):
+        rows = [r for r in result["by_threads"][n]["rows"] if r["phase"] != "total"]
+        x = range(len(rows))
+        ax.bar([i - 0.2 for i in x], [r["node_ms"] for r in rows], 0.4, label="node")
+        ax.bar([i + 0.2 for i in x], [r["transformers_ms"] for r in rows], 0.4,
+               label="transformers")  # fmt: skip
+        for i, r in zip(x, rows, strict=True):
+            ax.annotate(f"{r['ratio']:.2f}x", (i, max(r["node_ms"], r["transformers_ms"])),
+                        ha="center", va="bottom", fontsize=8)  # fmt: skip
+        ax.set_xticks(list(x), [r["phase"] for r in rows])
+        ax.set_ylabel("P50 per observation [ms]")
+        ax.set_title(f"{result['kind']}, {n} thread(s)")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
