@@ -194,6 +194,14 @@ class FakeModel:
         self.denoise_passes.append(seen)
         return v
 
+    def paged_prefix(self, rows: list[int], prefix_lens: list[int]) -> SimpleNamespace:
+        return SimpleNamespace(rows=list(rows), lens=list(prefix_lens))
+
+    def velocity(
+        self, prefix: SimpleNamespace, x: torch.Tensor, time: torch.Tensor, state: Any = None
+    ) -> torch.Tensor:
+        return self.denoise(prefix.rows, prefix.lens, x, time, state)
+
     def denoise_vjp(
         self,
         rows: list[int],

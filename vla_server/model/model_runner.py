@@ -321,8 +321,24 @@ class ModelRunner:
         (`prefix_lens[i]` tokens) are in the pool in `req_to_token` rows `rows`. One head pass
         for the whole batch; the pool is read, never written. `state` [B, ...]: the requests'
         normalised state, for a head that reads it beside the prefix (None: zeros)."""
-        head = self._head_for(rows, prefix_lens)
-        prefix = PagedPrefix.build(self.req_to_token_pool, self.kv_pool, rows, prefix_lens)
+        return self.velocity(self.paged_prefix(rows, prefix_lens), x_t, time, state)
+
+    def paged_prefix(self, rows: Sequence[int], prefix_lens: Sequence[int]) -> PagedPrefix:
+        """The prefixes `denoise` reads (checked), for `velocity` to read across several steps:
+        gathered from the pool once."""
+        self._head_for(rows, prefix_lens)
+        return PagedPrefix.build(self.req_to_token_pool, self.kv_pool, rows, prefix_lens)
+
+    @torch.inference_mode()
+    def velocity(
+        self,
+        prefix: PagedPrefix,
+        x_t: torch.Tensor,
+        time: torch.Tensor,
+        state: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """`denoise` over prefixes from `paged_prefix`."""
+        head = self._action_head()
         dev = self.device
         with self.clock.phase("action_head"):
             velocity = head.velocity(
@@ -331,7 +347,7 @@ class ModelRunner:
                 time.to(dev, torch.float32),
                 None if state is None else state.to(dev, torch.float32),
             )
-        self._count_pass(len(rows))
+        self._count_pass(prefix.batch_size)
         return velocity
 
     def denoise_vjp(
@@ -368,12 +384,16 @@ class ModelRunner:
         return velocity
 
     def _head_for(self, rows: Sequence[int], prefix_lens: Sequence[int]) -> ActionHead:
-        if self.head is None:
-            raise ValueError(f"{self.model_path} has no action head")
+        head = self._action_head()
         if len(rows) != len(prefix_lens) or not rows:
             raise ValueError("denoise needs one prefix length per row, and at least one row")
         if min(prefix_lens) < 1 or max(prefix_lens) > self.context_len:
             raise ValueError(f"prefix lengths must be in [1, {self.context_len}]")
+        return head
+
+    def _action_head(self) -> ActionHead:
+        if self.head is None:
+            raise ValueError(f"{self.model_path} has no action head")
         return self.head
 
     def _count_pass(self, rows: int) -> None:

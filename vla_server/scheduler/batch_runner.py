@@ -22,6 +22,7 @@ from vla_server.io_struct import MMItem
 from vla_server.model.denoise import euler_update
 from vla_server.model.guidance import Guide, GuideBatch, identity_velocity
 from vla_server.model.model_runner import ModelRunner
+from vla_server.model.paged_prefix import PagedPrefix
 from vla_server.model.parts import ModelParts
 from vla_server.model.sampling import (
     SamplingBatchInfo,
@@ -86,7 +87,7 @@ class BatchRunner:
     def _forward(self, batch: ScheduledBatch) -> BatchResult:
         t0 = time.perf_counter()
         tokens = self._resolve_pending(batch)
-        self._set_threads(len(tokens), sum(len(t) for t in tokens))
+        self._set_threads(len(tokens), sum(len(t) for t in tokens), streams=any(batch.sample))
         embeds, mask = self._embeds(batch, tokens)
         fb = self.runner.build_forward_batch(
             batch.rows,
@@ -109,30 +110,46 @@ class BatchRunner:
         return BatchResult(next_ids, logprobs, time.perf_counter() - t0)
 
     def _denoise(self, batch: ScheduledBatch) -> None:
-        """One Euler step of every denoising request, in one expert pass (two when some rows
-        take real-time chunking guidance through the head's Jacobian: the others, then them).
-        Rows with LeRobot's identity guidance share the plain pass and are corrected after it;
-        rows without guidance get exactly the plain pass's velocity."""
+        """`batch.denoise_steps` Euler steps of every denoising request, back to back, over
+        prefixes gathered from the pool once (several steps: a lone robot's batch)."""
         chunks = [r.denoise for r in batch.denoise if r.denoise is not None]
         dev = self.device
         x = torch.cat([c.x.to(dev) for c in chunks])
         states = [c.state for c in chunks if c.state is not None]
         state = torch.cat(states).to(dev) if states else None
-        times = torch.tensor(batch.denoise_times, dtype=torch.float32, device=dev)
-        self._set_threads(len(chunks), 0)
+        self._set_threads(len(chunks), x.shape[0] * x.shape[1], streams=False)
+        prefix = self.runner.paged_prefix(batch.denoise_rows, batch.denoise_prefix_lens)
+        for step in range(batch.denoise_steps):
+            times = [t[step] for t in batch.denoise_times]
+            x = self._euler_step(batch, chunks, prefix, x, torch.tensor(times, device=dev), state)
+        for i, c in enumerate(chunks):
+            c.x = x[i : i + 1]
+
+    def _euler_step(
+        self,
+        batch: ScheduledBatch,
+        chunks: list[DenoiseState],
+        prefix: PagedPrefix,
+        x: torch.Tensor,
+        times: torch.Tensor,
+        state: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """One Euler step of every row, in one expert pass (two when some rows take real-time
+        chunking guidance through the head's Jacobian: the others, then them). Rows with
+        LeRobot's identity guidance share the plain pass and are corrected after it; rows
+        without guidance get exactly the plain pass's velocity."""
+        times = times.to(torch.float32)
         vjp = [i for i, c in enumerate(chunks) if c.guide is not None and c.guide.vjp]
         if vjp:
             v = self._velocity_with_vjp(batch, chunks, vjp, x, times, state)
         else:
-            v = self.runner.denoise(batch.denoise_rows, batch.denoise_prefix_lens, x, times, state)
+            v = self.runner.velocity(prefix, x, times, state)
         identity = [i for i, c in enumerate(chunks) if c.guide is not None and not c.guide.vjp]
         if identity:
-            rows = torch.tensor(identity, device=dev)
-            guides = GuideBatch.stack([_guide(chunks[i]) for i in identity], dev)
+            rows = torch.tensor(identity, device=x.device)
+            guides = GuideBatch.stack([_guide(chunks[i]) for i in identity], x.device)
             v[rows] = identity_velocity(x[rows], v[rows], times[rows], guides)
-        x = euler_update(x, v, chunks[0].num_steps)
-        for i, c in enumerate(chunks):
-            c.x = x[i : i + 1]
+        return euler_update(x, v, chunks[0].num_steps)
 
     def _velocity_with_vjp(
         self,
@@ -161,13 +178,14 @@ class BatchRunner:
                 v[idx] = self.runner.denoise_vjp(rows, lens, x[idx], times[idx], s, guides)
         return v
 
-    def _set_threads(self, requests: int, new_tokens: int) -> None:
+    def _set_threads(self, requests: int, new_tokens: int, streams: bool = True) -> None:
+        """`streams`: some request of the step gets a token from it (`ThreadPlan`)."""
         # Runs on the worker thread whose OpenMP pool the next forward uses.
         if self.threads is None:
             return
         plan = self.threads
         lanes = getattr(self._thread, "background", False) or self._background_runs
-        n = plan.decode if lanes else plan.threads_for(requests, new_tokens)
+        n = plan.decode if lanes else plan.threads_for(requests, new_tokens, streams)
         if n != getattr(self._thread, "threads", 0):
             torch.set_num_threads(n)
             self._thread.threads = n

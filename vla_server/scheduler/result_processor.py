@@ -50,7 +50,7 @@ class ResultProcessor:
             self.timer.observe(batch.num_tokens, batch.is_decode, result.forward_s)
             self.step_cost.observe(batch.num_tokens, result.forward_s)
         if batch.denoise:
-            self.timer.observe_denoise(result.denoise_s)
+            self.timer.observe_denoise(result.denoise_s / batch.denoise_steps)
         for i, req in enumerate(batch.reqs):
             req.inflight -= 1
             req.in_background = False
@@ -66,7 +66,7 @@ class ResultProcessor:
         for req in batch.denoise:
             req.inflight -= 1
             if not req.finished:
-                _denoised(req)
+                _denoised(req, batch.denoise_steps)
         seen = set(batch.reqs)
         stepped = batch.reqs + [r for r in batch.denoise if r not in seen]
         self.finish([r for r in stepped if r.finished])
@@ -108,10 +108,10 @@ class ResultProcessor:
             d.output_top.append(lp.output[1])
 
 
-def _denoised(req: Req) -> None:
-    """One more Euler step applied; the last one finishes the request by its budget."""
+def _denoised(req: Req, steps: int) -> None:
+    """`steps` more Euler steps applied; the last one finishes the request by its budget."""
     chunk = req.denoise
     assert chunk is not None
-    chunk.done += 1
+    chunk.done += steps
     if chunk.done == chunk.num_steps:
         req.finished_reason = FinishActions(chunk.num_steps)

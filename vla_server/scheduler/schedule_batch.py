@@ -29,12 +29,14 @@ class ScheduledBatch:
     prev: ScheduledBatch | None = None  # the batch whose samples resolve PENDING tokens
     # Filled by the worker: the token each sampling request drew.
     sampled: dict[Req, int] = field(default_factory=dict)
-    # Denoising requests taking one denoising step in this batch (after its forward, if any),
-    # with their rows, prompt lengths and the step's time t, captured when scheduled.
+    # Denoising requests taking `denoise_steps` denoising steps in this batch (after its
+    # forward, if any), with their rows, prompt lengths and each step's time t, captured when
+    # scheduled.
     denoise: list[Req] = field(default_factory=list)
     denoise_rows: list[int] = field(default_factory=list)
     denoise_prefix_lens: list[int] = field(default_factory=list)
-    denoise_times: list[float] = field(default_factory=list)
+    denoise_times: list[tuple[float, ...]] = field(default_factory=list)
+    denoise_steps: int = 1
 
     @property
     def num_tokens(self) -> int:

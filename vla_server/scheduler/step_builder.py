@@ -86,10 +86,19 @@ class StepBuilder:
         batch = self._allocate([(r, n) for r, n in plan if n])  # n = 0: a prompt all cached
         ready = [r for r in running if _denoises_next(r)]
         if ready:
+            alone = batch is None and self._alone(ready)
             empty = torch.empty(0, dtype=torch.int64)
             batch = batch or self._make_batch([], empty, self._in_flight())
-            self._add_denoise(batch, ready)
+            self._add_denoise(batch, ready, alone)
         return batch
+
+    def _alone(self, ready: list[Req]) -> bool:
+        """A lone robot's denoising request, with nothing else running or waiting: its steps
+        run back to back in one batch (no scheduler iteration between them). Not one with a
+        deadline, which is checked between steps (it ends early once it cannot make it)."""
+        s = self.state
+        lone = len(ready) == 1 and s.running == ready and ready[0].deadline is None
+        return lone and not s.waiting and s.background is None
 
     def build_background(self) -> ScheduledBatch | None:
         """The background lane's next batch (see isolation.py): less important requests that the
@@ -162,7 +171,8 @@ class StepBuilder:
                     return admitted, True  # strict queue order: nothing behind it jumps the queue
                 self.drain(victims)
                 for v in victims:
-                    s.retract(v, kv)
+                    if v in s.running:  # else its step in flight was its last: it is gone
+                        s.retract(v, kv)
                     adder.give_back(v)
                 prefix, node = kv.match(req)
             s.waiting.remove(req)
@@ -244,17 +254,20 @@ class StepBuilder:
             self._stepped(req, now)
         return batch
 
-    def _add_denoise(self, batch: ScheduledBatch, ready: list[Req]) -> None:
-        """One denoising pass for each request in `ready`, at its next step's time."""
+    def _add_denoise(self, batch: ScheduledBatch, ready: list[Req], alone: bool) -> None:
+        """One denoising pass for each request in `ready`, at its next step's time; `alone`:
+        the one request's every step left."""
         now = self.clock.monotonic()
-        for req in ready:
-            chunk = req.denoise
-            assert chunk is not None and req.req_pool_idx is not None
+        chunks = [r.denoise for r in ready if r.denoise is not None]
+        steps = chunks[0].num_steps - chunks[0].scheduled if alone else 1
+        batch.denoise_steps = steps
+        for req, chunk in zip(ready, chunks, strict=True):
+            assert req.req_pool_idx is not None
             batch.denoise.append(req)
             batch.denoise_rows.append(req.req_pool_idx)
             batch.denoise_prefix_lens.append(req.kv_len)
-            batch.denoise_times.append(chunk.next_time)
-            chunk.scheduled += 1
+            batch.denoise_times.append(chunk.times[chunk.scheduled : chunk.scheduled + steps])
+            chunk.scheduled += steps
             self._stepped(req, now)
 
     def _stepped(self, req: Req, now: float) -> None:

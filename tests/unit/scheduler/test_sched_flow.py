@@ -103,6 +103,22 @@ def test_pi0_state_reaches_the_expert():
     np.testing.assert_allclose(h.out["r2"].action_chunk, _noise(1) - c, atol=1e-6)
 
 
+def test_a_lone_robots_steps_run_back_to_back_in_one_batch():
+    """Nothing else running or waiting: after the batch with its prefill, the robot's ten steps
+    run in one batch, at the same times as one by one."""
+    h = Harness(prefix_lm=True, head=SPEC)
+    _submit(h, "r0", seed=7)
+    h.run()
+    steps = [b.denoise_steps for b in h.runner.batches if b.denoise]
+    assert steps == [SPEC.num_steps]
+    assert _times(h, PROMPTS["r0"]) == TIMES
+    _submit(h, "late", seed=7, ids=PROMPTS["r1"], deadline=h.clock.time() + 60.0)
+    h.run()  # a deadline is checked between steps: one step per batch
+    steps = [b.denoise_steps for b in h.runner.batches if b.denoise]
+    assert steps[1:] == [1] * SPEC.num_steps
+    h.assert_clean()
+
+
 def test_an_abort_while_denoising_sends_no_chunk_and_frees_everything():
     h = Harness(prefix_lm=True, head=SPEC)
     _submit(h, "r0", seed=1)
@@ -114,10 +130,11 @@ def test_an_abort_while_denoising_sends_no_chunk_and_frees_everything():
 
 
 def test_a_retracted_robot_restarts_from_its_noise():
-    h = Harness(prefix_lm=True, head=SPEC, enable_priority_scheduling=True, max_running_requests=1)
+    h = Harness(prefix_lm=True, head=SPEC, enable_priority_scheduling=True, max_running_requests=2)
+    _submit(h, "r1", seed=4, priority=0)  # a second robot: r0 steps once per pass
     _submit(h, "r0", seed=5, priority=0)
     h.run_until(lambda: len(_times(h, PROMPTS["r0"])) >= 4, "four passes")
-    _submit(h, "vip", seed=6, ids=PROMPTS["r3"], priority=100)  # takes r0's only slot
+    _submit(h, "vip", seed=6, ids=PROMPTS["r3"], priority=100)  # takes the newest one's slot
     h.run()
     assert h.out["r0"].meta.num_retractions == 1
     c = prompt_velocity(prompt_hash(PROMPTS["r0"]))

@@ -1,5 +1,5 @@
-"""Torch threads per step: a lone long step may use every core, anything else keeps the few
-threads that leave cores to the front end and the detokenizer."""
+"""Torch threads per step: a lone long step, or one nothing streams from, may use every core;
+anything else keeps the few threads that leave cores to the front end and the detokenizer."""
 
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ from vla_server.config import ServerArgs, ThreadPlan
 from vla_server.scheduler.batch_runner import BatchRunner
 
 
-def test_only_a_lone_long_step_gets_the_prefill_threads():
+def test_a_lone_long_step_or_one_that_streams_nothing_gets_the_prefill_threads():
     plan = ThreadPlan(decode=1, prefill=4, min_tokens=64)
     assert plan.threads_for(1, 64) == 4
     assert plan.threads_for(1, 63) == 1  # a decode step or a short turn
     assert plan.threads_for(2, 500) == 1  # another robot is in flight: its front end is busy
+    # Nothing streams from the step (denoising prompts and passes): the front end waits.
+    assert plan.threads_for(8, 20, streams=False) == 4
 
 
 def test_the_plan_follows_the_flags_with_all_cores_for_prefill_by_default(tmp_path):

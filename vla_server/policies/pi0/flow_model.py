@@ -141,7 +141,10 @@ class FlowModel(nn.Module):
         state: torch.Tensor | None,
     ) -> torch.Tensor:
         """The `ActionHead` pass over `prefix`: pi0 reads `state`, pi0.5 ignores it."""
-        attention = SuffixAttention.build(prefix, self.suffix_len, self.has_state_token)
+        attention = prefix.memo(
+            "suffix_attention",
+            lambda: SuffixAttention.build(prefix, self.suffix_len, self.has_state_token),
+        )
         return self(x_t, time, state if self.kind == "pi0" else None, attention)
 
     def owns(self, name: str) -> bool:
