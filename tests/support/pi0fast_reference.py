@@ -2,7 +2,8 @@
 code with the node:
 
 * the model: transformers' own `PaliGemmaForConditionalGeneration`, built from the tiny
-  checkpoint's `vlm_config` and loaded from its LeRobot-named `model.safetensors`; greedy
+  checkpoint's `vlm_config` and loaded from its LeRobot-named `model.safetensors`
+  (`vla_server.bench.hf_pi`, no node model code); greedy
   decoding with the prompt prefix marked by `token_type_ids` (0: bidirectional, 1: causal) and
   explicit RoPE positions, through transformers' KV cache;
 * the images: LeRobot's `resize_with_pad_torch` + `* 2 - 1` on a float frame in [0, 1];
@@ -24,24 +25,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-POLICY = ("model.paligemma_with_expert.paligemma.", "paligemma_with_expert.paligemma.")
+from vla_server.bench.hf_pi import hf_paligemma as hf_policy_paligemma
 
 
 @cache
 def hf_paligemma(folder: str) -> torch.nn.Module:
-    from safetensors.torch import load_file
-    from transformers import PaliGemmaConfig, PaliGemmaForConditionalGeneration
-
-    config = json.loads((Path(folder) / "config.json").read_text())["vlm_config"]
-    model = PaliGemmaForConditionalGeneration(PaliGemmaConfig.from_dict(config)).eval()
-    state = {}
-    for name, tensor in load_file(str(Path(folder) / "model.safetensors")).items():
-        name = next((name[len(p) :] for p in POLICY if name.startswith(p)), name)
-        state[name.replace("vision_tower.vision_model.", "vision_tower.")] = tensor
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    assert missing == ["model.language_model.embed_tokens.weight"] and not unexpected
-    model.tie_weights()  # the embedding is the saved lm_head
-    return model
+    return hf_policy_paligemma(folder)
 
 
 def lerobot_pixels(frame: np.ndarray, height: int, width: int) -> torch.Tensor:

@@ -32,10 +32,12 @@ async def _robot(
     robot: int,
     n: int,
     guided: Guided | None = None,
-) -> list[float]:
-    """`n` timed chunks; a `guided` robot first gets one untimed chunk to continue from."""
+    extra: dict[str, Any] | None = None,
+) -> list[tuple[float, dict[str, int]]]:
+    """`n` timed chunks (seconds, the reply's token usage); a `guided` robot first gets one
+    untimed chunk to continue from; `extra`: fields every request adds."""
     cams, per = len(robot_io["cameras"]), n + (guided is not None)
-    out: list[float] = []
+    out: list[tuple[float, dict[str, int]]] = []
     prev: list[list[float]] | None = None
     for i in range(per):
         k = (robot * per + i) * cams
@@ -47,12 +49,14 @@ async def _robot(
         }
         if guided is not None and prev is not None:
             body.update(guided.fields(prev))
+        body.update(extra or {})
         t0 = time.perf_counter()
         reply = await client.post("/v1/actions", json=body)
-        if guided is None or prev is not None:
-            out.append(time.perf_counter() - t0)
+        seconds = time.perf_counter() - t0
         if reply.status_code != 200 or len(reply.json()["actions"]) != robot_io["chunk_size"]:
             raise SystemExit(f"/v1/actions failed: {reply.status_code} {reply.text[:300]}")
+        if guided is None or prev is not None:
+            out.append((seconds, reply.json()["usage"]))
         prev = reply.json()["actions"]
     return out
 
@@ -69,6 +73,7 @@ async def served_run(
     chunks: int,
     seed: int,
     guided: Guided | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     per = chunks + (guided is not None)
     frames = camera_frames(robots * per * len(robot_io["cameras"]), 640, 480, 90, seed)
@@ -76,11 +81,11 @@ async def served_run(
         before = await _counters(client)
         t0 = time.perf_counter()
         per_robot = await asyncio.gather(
-            *(_robot(client, robot_io, frames, r, chunks, guided) for r in range(robots))
+            *(_robot(client, robot_io, frames, r, chunks, guided, extra) for r in range(robots))
         )
         wall = time.perf_counter() - t0
         after = await _counters(client)
-    latencies = [t for robot in per_robot for t in robot]
+    latencies = [t for robot in per_robot for t, _ in robot]
     passes = after["expert_passes"] - before["expert_passes"]
     rows = after["expert_rows"] - before["expert_rows"]
     seconds = {p: after["seconds"].get(p, 0.0) - before["seconds"].get(p, 0.0) for p in PHASES}
@@ -93,6 +98,8 @@ async def served_run(
         "rows_per_pass": rows / passes if passes else 0.0,
         "phase_ms_per_chunk": {p: 1000.0 * s / len(latencies) for p, s in seconds.items()},
         "latencies_s": latencies,
+        "completion_tokens": [u["completion_tokens"] for robot in per_robot for _, u in robot],
+        "prompt_tokens": max(u["prompt_tokens"] for robot in per_robot for _, u in robot),
     }
 
 

@@ -1,7 +1,8 @@
 """transformers' own pi0 / pi0.5 (`PI0ForConditionalGeneration`, `PI05ForConditionalGeneration`)
-built from a LeRobot or openpi pi folder: the reference the node's pi path is checked and timed
-against. It shares no model code with the node: only the folder's config dicts and tensors
-(renamed from openpi's names to transformers') go in.
+and pi0-FAST's PaliGemma (`PaliGemmaForConditionalGeneration`) built from a LeRobot or openpi pi
+folder: the references the node's pi path is checked and timed against. They share no model
+code with the node: only the folder's config dicts and tensors (renamed from openpi's names to
+transformers') go in.
 
 The time embedding's frequencies are set to openpi's float64 ones: transformers computes them,
 and their products with t, in float32, where at t near 1 the arguments reach ~1571 rad and
@@ -90,4 +91,22 @@ def hf_policy(folder: str | Path, kind: str) -> torch.nn.Module:
         raise ValueError(f"{folder}: missing {missing}, unexpected {unexpected}")
     embeds = model.embed_action_time.sinusoid_embeds
     embeds.sinusoid_freq = sinusoid_frequencies(config.dit_config.hidden_size)
+    return model
+
+
+def hf_paligemma(folder: str | Path) -> torch.nn.Module:
+    """transformers' PaliGemma with a pi0-FAST folder's weights (its embedding the saved,
+    tied `lm_head`), in eval mode."""
+    from transformers import PaliGemmaConfig, PaliGemmaForConditionalGeneration
+
+    config = PaliGemmaConfig.from_dict(folder_config(folder)["vlm_config"])
+    model = PaliGemmaForConditionalGeneration(config).eval()
+    state = {}
+    for name, tensor in checkpoint_tensors(folder).items():
+        name = name.removeprefix(PALIGEMMA)
+        state[name.replace("vision_tower.vision_model.", "vision_tower.")] = tensor
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing != ["model.language_model.embed_tokens.weight"] or unexpected:
+        raise ValueError(f"{folder}: missing {missing}, unexpected {unexpected}")
+    model.tie_weights()
     return model

@@ -1,14 +1,21 @@
 """The pi family's speed against the references, on mid-size folders where compute shows.
 
-    python -m vla_server.bench pi [--kinds pi0 pi05] [--threads 1 2] [--repeats 7]
-                                  [--out bench_out/pi]
+    python -m vla_server.bench pi [--sections phases served fast] [--kinds pi0 pi05]
+                                  [--threads 1 2] [--repeats 7] [--rounds 3] [--chunks 5]
+                                  [--robots 8] [--out bench_out/pi]
 
-Builds the mid-size pi0 and pi0.5 folders (`paligemma_dims.MID`: two 224 px cameras = 512
-image tokens, SigLIP 4 x 256, Gemma 6 x 512 with one KV head, expert 6 x 256, chunks of 50,
-10 steps) deterministically on first use, then per kind and torch thread count times the
-node's model path against transformers' `PI0ForConditionalGeneration` /
-`PI05ForConditionalGeneration` phase by phase in this one process (`pi_phases.py`), and
-profiles each phase. Writes `pi.json`, `pi-phases.png` and `pi-top-ops.md` under `--out`.
+Builds the mid-size pi0, pi0.5 and pi0-FAST folders (`paligemma_dims.MID`: two 224 px cameras
+= 512 image tokens, SigLIP 4 x 256, Gemma 6 x 512 with one KV head, expert 6 x 256, chunks of
+50, 10 steps) deterministically on first use, then, at each torch thread count:
+
+* phases: the node's model path against transformers' `PI0ForConditionalGeneration` /
+  `PI05ForConditionalGeneration` phase by phase in this one process, and each phase's top
+  operators under `torch.profiler` (`pi_phases.py`);
+* served: `/v1/actions` with new JPEG frames, one robot, against `sample_actions` in process,
+  then 8 robots in closed loops against the serial reference (`pi_served.py`);
+* fast: pi0-FAST served against PaliGemma `generate` of as many tokens.
+
+Writes `pi.json`, `pi-phases.png`, `pi-served.png` and `pi-top-ops.md` under `--out`.
 """
 
 from __future__ import annotations
@@ -19,32 +26,45 @@ from pathlib import Path
 from typing import Any
 
 from vla_harness.stats import write_json
-from vla_server.bench.pi_phases import run_kind
-from vla_server.bench.pi_report import plot_phases, print_phases, profile_markdown
+from vla_server.bench.pi_report import report
 
 KINDS = ("pi0", "pi05")
+SECTIONS = ("phases", "served", "fast")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     p.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
     p.add_argument("--threads", type=int, nargs="+", default=None,
                    help="torch thread counts (default: 1 and every core)")  # fmt: skip
-    p.add_argument("--repeats", type=int, default=7, help="timed observations per thread count")
+    p.add_argument("--repeats", type=int, default=7, help="phases: timed observations")
+    p.add_argument("--rounds", type=int, default=3, help="served: rounds of node, reference")
+    p.add_argument("--chunks", type=int, default=5, help="served: chunks per round")
+    p.add_argument("--robots", type=int, default=8, help="served: robots of the closed loops")
     p.add_argument("--out", type=Path, default=Path("bench_out/pi"))
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from vla_server.bench.pi_phases import run_kind
+    from vla_server.bench.pi_served import fast_served, flow_served
     from vla_server.policies.pi0.tiny import mid_pi0_model_path
+    from vla_server.policies.pi0fast.tiny import mid_pi0fast_model_path
 
     threads = args.threads or sorted({1, os.cpu_count() or 1})
-    results = []
+    result: dict[str, Any] = {"threads": threads, "phases": [], "served": []}
     for kind in args.kinds:
         print(f"{kind}: the mid-size folder (built on first use) ...", flush=True)
-        results.append(run_kind(kind, mid_pi0_model_path(kind), threads, args.repeats))
-        print_phases(results[-1])
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_json(args.out / "pi.json", {"phases": results})
-    plot_phases(args.out / "pi-phases.png", results)
-    (args.out / "pi-top-ops.md").write_text(profile_markdown(results))
-    print(f"wrote {args.out}/pi.json, pi-phases.png, pi-top-ops.md")
-    return {"phases": results}
+        folder = mid_pi0_model_path(kind)
+        if "phases" in args.sections:
+            result["phases"].append(run_kind(kind, folder, threads, args.repeats))
+        if "served" in args.sections:
+            served = flow_served(kind, folder, args.rounds, args.chunks, threads, args.robots)
+            result["served"].append(served)
+    if "fast" in args.sections:
+        print("pi0fast: the mid-size folder (built on first use) ...", flush=True)
+        folder = mid_pi0fast_model_path()
+        result["served"].append(fast_served(folder, args.rounds, args.chunks, threads))
+    report(args.out, result)
+    write_json(args.out / "pi.json", result)
+    print(f"wrote {args.out}/pi.json and its plots")
+    return result

@@ -1,11 +1,32 @@
-"""Tables, the bar chart and the operator profile of `bench pi` (`pi.py`)."""
+"""Tables, plots and the operator profile of `bench pi` (`pi.py`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from vla_harness.stats import table
+from vla_harness.stats import plot_distributions, table
+
+
+def report(out: Path, result: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for phases in result["phases"]:
+        print_phases(phases)
+    if result["phases"]:
+        plot_phases(out / "pi-phases.png", result["phases"])
+        (out / "pi-top-ops.md").write_text(profile_markdown(result["phases"]))
+    series: dict[str, list[float]] = {}
+    for served in result["served"]:
+        print(f"\n{served['kind']} served, one robot (time to chunk P50) vs the reference:")
+        print(table(served["one_robot"], list(served["one_robot"][0])))
+        if served.get("fleet"):
+            print(table(served["fleet"], list(served["fleet"][0])))
+        series[f"{served['kind']} node"] = served["node_s"]
+        for n, values in served["reference_s"].items():
+            series[f"{served['kind']} reference, {n} thread(s)"] = values
+    if series:
+        title = "served time to chunk (node) vs the reference in process"
+        plot_distributions(out / "pi-served.png", title, series)
 
 
 def print_phases(result: dict[str, Any]) -> None:

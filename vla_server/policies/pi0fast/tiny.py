@@ -20,12 +20,12 @@ from typing import Any
 
 from vla_server.model.checkpoint_cache import cached_folder
 from vla_server.policies.pi0fast.tiny_tokenizers import write_fast_tokenizer
+from vla_server.policies.pi_common.paligemma_dims import MID, TINY, PaliGemmaDims
 from vla_server.policies.pi_common.tiny_paligemma import (
     ACTION_DIM,
     CAMERAS,
     CHUNK,
     FAST_VOCAB,
-    IMAGE_SIZE,
     PREFIXES,
     SKIP,
     STATE_DIM,
@@ -39,11 +39,17 @@ from vla_server.policies.pi_common.tiny_paligemma import (
 from vla_server.policies.pi_common.tiny_text_tokenizer import build_text_tokenizer
 
 MAX_DECODING_STEPS = 24
+# The mid-size model's cap: a random model seldom ends its chunk early, so this is about the
+# tokens each of its chunks takes (real pi0-FAST chunks take tens of tokens).
+MID_DECODING_STEPS = 64
 VERSION = 4
 
 
-def _policy_config(vlm: dict[str, Any]) -> dict[str, Any]:
-    visual = {"type": "VISUAL", "shape": [3, IMAGE_SIZE, IMAGE_SIZE]}
+def _policy_config(
+    vlm: dict[str, Any], dims: PaliGemmaDims = TINY, max_steps: int = MAX_DECODING_STEPS
+) -> dict[str, Any]:
+    size = dims.image_size
+    visual = {"type": "VISUAL", "shape": [3, size, size]}
     return {
         "type": "pi0_fast",
         "n_obs_steps": 1,
@@ -63,9 +69,9 @@ def _policy_config(vlm: dict[str, Any]) -> dict[str, Any]:
         "n_action_steps": CHUNK,
         "max_state_dim": 32,
         "max_action_dim": 32,
-        "image_resolution": [IMAGE_SIZE, IMAGE_SIZE],
+        "image_resolution": [size, size],
         "tokenizer_max_length": 48,
-        "max_decoding_steps": MAX_DECODING_STEPS,
+        "max_decoding_steps": max_steps,
         "fast_skip_tokens": SKIP,
         "text_tokenizer_name": "google/paligemma-3b-pt-224",
         "action_tokenizer_name": "lerobot/fast-action-tokenizer",
@@ -73,16 +79,19 @@ def _policy_config(vlm: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def build_pi0fast(out: Path, layout: str = "bare", seed: int = 0) -> None:
+def build_pi0fast(
+    out: Path, layout: str = "bare", seed: int = 0, dims: PaliGemmaDims = TINY,
+    max_steps: int = MAX_DECODING_STEPS,
+) -> None:  # fmt: skip
     from safetensors.torch import save_file
 
     tokenizer = build_text_tokenizer(TEXT_BPE, FAST_VOCAB, SKIP)
-    vlm = vlm_config(len(tokenizer))
-    model = random_paligemma(vlm, seed)
+    vlm = vlm_config(len(tokenizer), dims)
+    model = random_paligemma(vlm, seed, dims.spread)
     save_file(lerobot_tensors(model, layout), str(out / "model.safetensors"))
     tokenizer.save_pretrained(out)
     write_fast_tokenizer(out / "fast_tokenizer", CHUNK, ACTION_DIM, FAST_VOCAB)
-    write_json_file(out / "config.json", _policy_config(vlm))
+    write_json_file(out / "config.json", _policy_config(vlm, dims, max_steps))
     write_processors(out)
 
 
@@ -92,3 +101,11 @@ def pi0fast_model_path(layout: str = "bare", seed: int = 0) -> Path:
         raise ValueError(f"unknown layout {layout!r} (one of {', '.join(PREFIXES)})")
     name = f"tiny-pi0fast-v{VERSION}-{layout}-{seed}"
     return cached_folder(name, lambda out: build_pi0fast(out, layout, seed))
+
+
+def mid_pi0fast_model_path(seed: int = 0) -> Path:
+    """The mid-size pi0-FAST (`paligemma_dims.MID`'s backbone, LeRobot's layout, up to
+    `MID_DECODING_STEPS` action tokens): what the speed benchmarks time."""
+    name = f"mid-pi0fast-v{VERSION}-bare-{seed}"
+    build = lambda out: build_pi0fast(out, "bare", seed, MID, MID_DECODING_STEPS)  # noqa: E731
+    return cached_folder(name, build)
