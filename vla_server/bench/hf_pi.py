@@ -72,8 +72,11 @@ def _config(kind: str, raw: dict[str, Any]) -> Any:
     return PI05Config(**common)
 
 
-def hf_policy(folder: str | Path, kind: str) -> torch.nn.Module:
-    """transformers' `kind` ("pi0" or "pi05") model with the folder's weights, in eval mode."""
+def hf_policy(
+    folder: str | Path, kind: str, device: str = "cpu", dtype: torch.dtype = torch.float32
+) -> torch.nn.Module:
+    """transformers' `kind` ("pi0" or "pi05") model with the folder's weights, in eval mode,
+    on `device` in `dtype` (the time embedding's frequencies stay float64)."""
     from transformers import PI0ForConditionalGeneration, PI05ForConditionalGeneration
 
     config = _config(kind, folder_config(folder))
@@ -89,8 +92,9 @@ def hf_policy(folder: str | Path, kind: str) -> torch.nn.Module:
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected or [m for m in missing if m != "model.dit.embed_tokens.weight"]:
         raise ValueError(f"{folder}: missing {missing}, unexpected {unexpected}")
+    model.to(device=device, dtype=dtype)
     embeds = model.embed_action_time.sinusoid_embeds
-    embeds.sinusoid_freq = sinusoid_frequencies(config.dit_config.hidden_size)
+    embeds.sinusoid_freq = sinusoid_frequencies(config.dit_config.hidden_size).to(device)
     return model
 
 

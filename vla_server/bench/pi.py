@@ -34,6 +34,10 @@ SECTIONS = ("phases", "served", "fast")
 
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    p.add_argument(
+        "--size", choices=("mid", "tiny"), default="mid",
+        help="the folders' size ('tiny': the tests' models, to develop the bench)",
+    )  # fmt: skip
     p.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
     p.add_argument("--threads", type=int, nargs="+", default=None,
                    help="torch thread counts (default: 1 and every core)")  # fmt: skip
@@ -47,24 +51,31 @@ def add_args(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from vla_server.bench.pi_phases import run_kind
     from vla_server.bench.pi_served import fast_served, flow_served
-    from vla_server.policies.pi0.tiny import mid_pi0_model_path
-    from vla_server.policies.pi0fast.tiny import mid_pi0fast_model_path
 
     threads = args.threads or sorted({1, os.cpu_count() or 1})
-    result: dict[str, Any] = {"threads": threads, "phases": [], "served": []}
+    result: dict[str, Any] = {"size": args.size, "threads": threads, "phases": [], "served": []}
     for kind in args.kinds:
-        print(f"{kind}: the mid-size folder (built on first use) ...", flush=True)
-        folder = mid_pi0_model_path(kind)
+        print(f"{kind}: the {args.size} folder (built on first use) ...", flush=True)
+        folder = _folder(kind, args.size)
         if "phases" in args.sections:
             result["phases"].append(run_kind(kind, folder, threads, args.repeats))
         if "served" in args.sections:
             served = flow_served(kind, folder, args.rounds, args.chunks, threads, args.robots)
             result["served"].append(served)
     if "fast" in args.sections:
-        print("pi0fast: the mid-size folder (built on first use) ...", flush=True)
-        folder = mid_pi0fast_model_path()
+        print(f"pi0fast: the {args.size} folder (built on first use) ...", flush=True)
+        folder = _folder("pi0fast", args.size)
         result["served"].append(fast_served(folder, args.rounds, args.chunks, threads))
     report(args.out, result)
     write_json(args.out / "pi.json", result)
     print(f"wrote {args.out}/pi.json and its plots")
     return result
+
+
+def _folder(kind: str, size: str) -> Path:
+    from vla_server.policies.pi0.tiny import mid_pi0_model_path, pi0_model_path
+    from vla_server.policies.pi0fast.tiny import mid_pi0fast_model_path, pi0fast_model_path
+
+    if kind == "pi0fast":
+        return mid_pi0fast_model_path() if size == "mid" else pi0fast_model_path()
+    return mid_pi0_model_path(kind) if size == "mid" else pi0_model_path(kind, "bare")

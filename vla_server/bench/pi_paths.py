@@ -52,12 +52,14 @@ def _config(folder: Path) -> dict[str, Any]:
 
 class PhaseTimer:
     """Seconds per phase of one observation; `profiled`: the one phase run under
-    `torch.profiler` (its result in `profile`)."""
+    `torch.profiler` (its result in `profile`); on a GPU each phase ends with a synchronize, so
+    the host clock times the kernels, not their launches."""
 
-    def __init__(self, profiled: str | None = None):
+    def __init__(self, profiled: str | None = None, device: str = "cpu"):
         self.seconds: dict[str, float] = {}
         self.profiled = profiled
         self.profile: Any = None
+        self.cuda = torch.device(device).type == "cuda"
 
     def __call__(self, phase: str, fn: Callable[[], Any]) -> Any:
         if phase == self.profiled:
@@ -67,21 +69,25 @@ class PhaseTimer:
                 return fn()
         t0 = time.perf_counter()
         out = fn()
+        if self.cuda:
+            torch.cuda.synchronize()
         self.seconds[phase] = time.perf_counter() - t0
         return out
 
 
 class NodePath:
-    """The node's model runner on the folder (CPU, float32)."""
+    """The node's model runner on the folder, as it serves a lone robot: the prefix gathered
+    from the pool once, the Euler steps back to back."""
 
     name = "node"
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, device: str = "cpu", dtype: torch.dtype = torch.float32):
         from vla_server.model.model_runner import ModelRunner
         from vla_server.policies.registry import detect
 
-        parts = detect(folder)
-        self.runner = ModelRunner(parts, device="cpu", max_total_tokens=8192, progress=False)
+        self.runner = ModelRunner(
+            detect(folder), device=device, dtype=dtype, max_total_tokens=8192, progress=False
+        )
         self.steps = self.runner.parts.spec.num_inference_steps
 
     @torch.inference_mode()
@@ -103,11 +109,12 @@ class NodePath:
             r.kv_pool.allocator.free(slots)
 
     def _denoise(self, row: int, n: int, obs: Observation) -> torch.Tensor:
-        x = obs.noise
+        r = self.runner
+        prefix, x = r.paged_prefix([row], [n]), obs.noise.to(r.device)
         for t in denoise_times(self.steps):
-            v = self.runner.denoise([row], [n], x, torch.tensor([t]), obs.state[None])
-            x = euler_update(x, v, self.steps)
-        return x[0]
+            time_t = torch.tensor([t], device=r.device)
+            x = euler_update(x, r.velocity(prefix, x, time_t, obs.state[None]), self.steps)
+        return x[0].cpu()
 
 
 class HfPath:
@@ -115,21 +122,25 @@ class HfPath:
 
     name = "transformers"
 
-    def __init__(self, folder: Path, kind: str):
+    def __init__(
+        self, folder: Path, kind: str, device: str = "cpu", dtype: torch.dtype = torch.float32
+    ):
         from vla_server.bench.hf_pi import hf_policy
 
-        self.model, self.kind = hf_policy(folder, kind), kind
+        self.model, self.kind = hf_policy(folder, kind, device, dtype), kind
+        self.device = torch.device(device)
         self.steps = self.model.config.num_inference_steps
 
     @torch.no_grad()
     def sample(self, obs: Observation, timed: PhaseTimer) -> torch.Tensor:
-        m = self.model
+        m, dev = self.model, self.device
         per_image = m.config.vlm_config.text_config.num_image_tokens
         image_id = m.config.vlm_config.image_token_id
-        ids = torch.tensor([[image_id] * (per_image * len(obs.pixels)) + obs.text_ids])
-        cameras = torch.ones((1, len(obs.pixels)), dtype=torch.bool)
+        ids = torch.tensor([[image_id] * (per_image * len(obs.pixels)) + obs.text_ids], device=dev)
+        cameras = torch.ones((1, len(obs.pixels)), dtype=torch.bool, device=dev)
         mask = torch.ones_like(ids)
-        embeds = timed("vision", lambda: m.model.embed_prefix(ids, obs.pixels[None], cameras))
+        pixels = obs.pixels[None].to(dev, m.dtype)
+        embeds = timed("vision", lambda: m.model.embed_prefix(ids, pixels, cameras))
         cache = timed("prefix", lambda: self._prefix(embeds, mask))
         return timed("denoise", lambda: self._denoise(cache, obs, cameras, mask))
 
@@ -144,17 +155,18 @@ class HfPath:
 
     def _denoise(self, cache: Any, obs: Observation, cameras: torch.Tensor, mask: torch.Tensor):
         """`sample_actions`' step 3, verbatim in what it calls."""
-        x, prefix_len, dt = obs.noise, cache.get_seq_length(), -1.0 / self.steps
-        state = {"state": obs.state[None]} if self.kind == "pi0" else {}
+        dev, dtype = self.device, self.model.dtype
+        x, prefix_len, dt = obs.noise.to(dev, dtype), cache.get_seq_length(), -1.0 / self.steps
+        state = {"state": obs.state[None].to(dev, dtype)} if self.kind == "pi0" else {}
         for step in range(self.steps):
-            t = torch.full((1,), 1.0 + step * dt, dtype=torch.float32)
+            t = torch.full((1,), 1.0 + step * dt, dtype=torch.float32, device=dev)
             out = self.model(
                 noise=x, timestep=t, pixel_attention_mask=cameras, attention_mask=mask,
                 cache=cache, **state,
             )  # fmt: skip
             cache.crop(prefix_len - cache.get_seq_length())
             x = x + dt * out.logits
-        return x[0]
+        return x[0].float().cpu()
 
 
 ModelPath = NodePath | HfPath
