@@ -1,14 +1,17 @@
-"""GPU check: the Triton kernels, then the served ITL against the memory-bandwidth bound.
+"""GPU check: the Triton kernels, the served ITL against the memory-bandwidth bound, the pi family.
 
     python -m vla_server.bench gpu [--dtype bf16] [--served-itl-model 1b|tiny|none]
+                                   [--pi-size real|mid|tiny|none] [--out bench_out/gpu]
 
 Prints one table: the Triton kernel checks of ``python -m vla_kernels.check_gpu`` (error against
 the torch references, times against the torch baselines), then the served inter-token latency
 (ITL) of a real node on a ~1B-parameter random-weight Llama with each attention backend at batch
 1 and 8 (see served_itl), next to the memory-bandwidth bound (weight bytes / measured HBM
-bandwidth). Exits 1 if a kernel is wrong or a node fails. On a machine without CUDA it says so
-and exits 0, unless ``--served-itl-model tiny`` asks for the ITL of a tiny model on the CPU
-(development of the measurement itself).
+bandwidth), then the pi section (`gpu_pi.py`: real-size pi0 and pi0.5 in bf16, node against
+transformers, 1/4/8 robots; `gpu-pi.json` and `gpu-pi.png` under `--out`). Exits 1 if a kernel
+is wrong or a node fails. On a machine without CUDA it says so and exits 0, unless
+``--served-itl-model tiny`` or ``--pi-size tiny|mid`` asks for a CPU run (development of the
+measurement itself).
 """
 
 from __future__ import annotations
@@ -120,6 +123,11 @@ def add_args(p: argparse.ArgumentParser) -> None:
         help="greedy tokens per stream (default: 256, or 16 for the tiny model)",
     )  # fmt: skip
     p.add_argument("--served-itl-batches", type=_batches, default=(1, 8), metavar="1,8")
+    p.add_argument(
+        "--pi-size", choices=["real", "mid", "tiny", "none"], default="real",
+        help="the pi section's random-weight pi0 / pi0.5 ('tiny' and 'mid' also run on a CPU)",
+    )  # fmt: skip
+    p.add_argument("--out", type=Path, default=Path("bench_out/gpu"))
 
 
 def _itl_plan(args: argparse.Namespace, device: str) -> ItlPlan:
@@ -149,6 +157,11 @@ def run(args: argparse.Namespace) -> list[Row]:
     rows = collect_rows(args)
     if rows:
         print(format_table(rows))
+    cuda = torch.cuda.is_available()
+    if args.pi_size != "none" and (cuda or args.pi_size != "real"):
+        from vla_server.bench.gpu_pi import pi_section
+
+        pi_section(args.pi_size, "cuda" if cuda else "cpu", out=args.out)
     if failed(rows):
         sys.exit(1)
     return rows

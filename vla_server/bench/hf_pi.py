@@ -81,7 +81,8 @@ def hf_policy(
 
     config = _config(kind, folder_config(folder))
     cls = PI0ForConditionalGeneration if kind == "pi0" else PI05ForConditionalGeneration
-    model = cls(config).eval()
+    with torch.device(device):  # a real-size model is built on the GPU, not in host memory
+        model = cls(config).eval()
     state = {}
     for name, tensor in checkpoint_tensors(folder).items():
         rename = next(((old, new) for old, new in RENAMES[kind] if name.startswith(old)), None)

@@ -73,9 +73,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _folder(kind: str, size: str) -> Path:
-    from vla_server.policies.pi0.tiny import mid_pi0_model_path, pi0_model_path
+    from vla_server.policies.pi0.tiny import sized_pi0_model_path
     from vla_server.policies.pi0fast.tiny import mid_pi0fast_model_path, pi0fast_model_path
 
     if kind == "pi0fast":
         return mid_pi0fast_model_path() if size == "mid" else pi0fast_model_path()
-    return mid_pi0_model_path(kind) if size == "mid" else pi0_model_path(kind, "bare")
+    return sized_pi0_model_path(kind, size)

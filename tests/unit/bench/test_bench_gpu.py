@@ -47,3 +47,20 @@ def test_without_cuda_it_says_so_and_measures_nothing(capsys):
 def test_arguments():
     args = _args("--served-itl-model", "tiny", "--served-itl-batches", "1,2,4")
     assert args.served_itl_batches == (1, 2, 4) and args.dtype == "bf16"
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_pi_section_runs_on_the_cpu_with_the_tiny_folders(tmp_path):
+    """Everything but CUDA: the tiny pi0 and pi0.5 through both paths (equal chunks in float32),
+    served to 1 and 2 robots, the serial reference, the JSON and the plot."""
+    from vla_server.bench.gpu_pi import CUDA_GRAPHS, pi_section
+
+    result = pi_section("tiny", "cpu", robots=(1, 2), chunks=2, out=tmp_path)
+    assert result["cuda_graphs"] == CUDA_GRAPHS and set(result["kinds"]) == {"pi0", "pi05"}
+    for data in result["kinds"].values():
+        timed = data["in_process_ms"]
+        assert timed["max_chunk_difference"] < 1e-5
+        assert all(timed[path]["total"] > 0 for path in ("node", "transformers"))
+        assert [r["robots"] for r in data["served"]] == [1, 2]
+        assert all(r["chunks_per_s"] > 0 and r["rows_per_pass"] >= 1 for r in data["served"])
+    assert (tmp_path / "gpu-pi.json").exists() and (tmp_path / "gpu-pi.png").stat().st_size > 0

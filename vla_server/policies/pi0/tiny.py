@@ -34,7 +34,7 @@ import torch
 
 from vla_server.model.checkpoint_cache import cached_folder
 from vla_server.policies.pi0.flow_keys import EXPERT_LM_HEAD, EXPERT_PREFIX, HEADS
-from vla_server.policies.pi_common.paligemma_dims import MID, TINY, PaliGemmaDims
+from vla_server.policies.pi_common.paligemma_dims import MID, TINY, PaliGemmaDims, dims_named
 from vla_server.policies.pi_common.tiny_paligemma import (
     FAST_VOCAB,
     IMAGE_SIZE,
@@ -182,13 +182,16 @@ def _write_norm_stats(out: Path, robot: TinyRobot) -> None:
 def build_pi0(
     out: Path, kind: str, layout: str, seed: int = 0, chunk: int = CHUNK,
     spread: float = FLOW_SPREAD, robot: TinyRobot = TINY_ROBOT, dims: PaliGemmaDims = TINY,
+    device: str = "cpu", dtype: torch.dtype = torch.float32,
 ) -> None:  # fmt: skip
+    """`device`: where the backbone's weights are drawn; `dtype`: what they are saved in."""
     from safetensors.torch import save_file
 
     tokenizer = build_text_tokenizer(TEXT_BPE, FAST_VOCAB, SKIP)
     vlm = vlm_config(len(tokenizer), dims)
-    tensors = {**lerobot_tensors(random_paligemma(vlm, seed, dims.spread), "bare"),
+    tensors = {**lerobot_tensors(random_paligemma(vlm, seed, dims.spread, device), "bare"),
                **random_flow_tensors(kind, seed, spread, dims)}  # fmt: skip
+    tensors = {name: t.to(dtype).cpu() for name, t in tensors.items()}
     if layout != "bare":
         generator = torch.Generator().manual_seed(seed + 3)
         shape = (len(tokenizer), dims.expert_width)
@@ -235,6 +238,22 @@ def mid_pi0_model_path(kind: str, seed: int = 0) -> Path:
     name = f"mid-{kind}-v{VERSION}-bare-{seed}"
     build = lambda out: build_pi0(out, kind, "bare", seed, MID.chunk, MID.spread, dims=MID)  # noqa: E731
     return cached_folder(name, build)
+
+
+def sized_pi0_model_path(kind: str, size: str, device: str = "cpu") -> Path:
+    """The random pi0 / pi0.5 of `paligemma_dims` size `size` ("real": the released models'
+    dimensions with a tiny vocabulary, drawn on `device` and saved in bfloat16; "mid"; "tiny"),
+    LeRobot's layout, chunks of the size's."""
+    dims = dims_named(size)
+    if size == "tiny":
+        return pi0_model_path(kind, "bare")
+    if size == "mid":
+        return mid_pi0_model_path(kind)
+    name = f"{size}-{kind}-v{VERSION}-bare-0"
+    return cached_folder(name, lambda out: build_pi0(
+        out, kind, "bare", 0, dims.chunk, dims.spread, dims=dims, device=device,
+        dtype=torch.bfloat16,
+    ))  # fmt: skip
 
 
 def rtc_model_path(kind: str) -> Path:

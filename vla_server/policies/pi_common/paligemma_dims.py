@@ -1,5 +1,6 @@
 """The sizes the pi families' built checkpoints come in: `TINY` (the tests' few-millisecond
-models) and `MID` (big enough that compute shows on a CPU: what the speed benchmarks time).
+models), `MID` (big enough that compute shows on a CPU: what the speed benchmarks time) and
+`REAL` (the released models' dimensions, for the GPU benchmark).
 
 MID: two cameras at 224 px in 14 px patches (256 tokens each, 512 per observation), SigLIP 4
 layers x 256 (4 heads, MLP 1024), Gemma 6 layers x 512 (8 query heads and 1 KV head of 64, MLP
@@ -39,7 +40,11 @@ class PaliGemmaDims:
 
 TINY = PaliGemmaDims("", 28, 32, 2, 2, 64, 64, 2, 4, 16, 128, 32, 64, 4, 0.2)
 MID = PaliGemmaDims("mid", 224, 256, 4, 4, 1024, 512, 6, 8, 64, 2048, 256, 1024, 50, 0.05)
-SIZES = {"tiny": TINY, "mid": MID}
+# pi0's released dimensions: SigLIP So400m, Gemma 2B, the Gemma 300M expert (the vocabulary
+# stays the tiny tokenizer's: an action head never reads the embedding table's other rows).
+REAL = PaliGemmaDims("real", 224, 1152, 27, 16, 4304, 2048, 18, 8, 256, 16384, 1024, 4096, 50,
+                     0.02)  # fmt: skip
+SIZES = {"tiny": TINY, "mid": MID, "real": REAL}
 
 
 def dims_named(size: str) -> PaliGemmaDims:

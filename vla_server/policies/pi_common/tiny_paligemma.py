@@ -104,17 +104,20 @@ def vlm_config(vocab_size: int, dims: PaliGemmaDims = TINY) -> dict[str, Any]:
     return config.to_dict()
 
 
-def random_paligemma(vlm: dict[str, Any], seed: int, spread: float = TINY.spread) -> Any:
+def random_paligemma(
+    vlm: dict[str, Any], seed: int, spread: float = TINY.spread, device: str = "cpu"
+) -> Any:
     """transformers' PaliGemmaForConditionalGeneration with wide random weights (matrices at
-    std `spread`)."""
+    std `spread`), drawn on `device` (a GPU builds a real-size one in seconds)."""
     from transformers import PaliGemmaConfig, PaliGemmaForConditionalGeneration
 
     torch.manual_seed(seed)
-    model = PaliGemmaForConditionalGeneration(PaliGemmaConfig.from_dict(vlm)).eval()
-    generator = torch.Generator().manual_seed(seed + 1)
+    with torch.device(device):
+        model = PaliGemmaForConditionalGeneration(PaliGemmaConfig.from_dict(vlm)).eval()
+    generator = torch.Generator(device).manual_seed(seed + 1)
     with torch.no_grad():
         for name, param in model.named_parameters():
-            noise = torch.randn(param.shape, generator=generator)
+            noise = torch.randn(param.shape, generator=generator, device=device)
             if param.dim() >= 2:
                 param.copy_(spread * noise)
             elif "layernorm" in name or "layer_norm" in name:  # SigLIP LayerNorm: scale ~ 1
