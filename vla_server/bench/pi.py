@@ -11,8 +11,9 @@ Builds the mid-size pi0, pi0.5 and pi0-FAST folders (`paligemma_dims.MID`: two 2
 * phases: the node's model path against transformers' `PI0ForConditionalGeneration` /
   `PI05ForConditionalGeneration` phase by phase in this one process, and each phase's top
   operators under `torch.profiler` (`pi_phases.py`);
-* served: `/v1/actions` with new JPEG frames, one robot, against `sample_actions` in process,
-  then 8 robots in closed loops against the serial reference (`pi_served.py`);
+* served: `/v1/actions` with new JPEG frames, one robot, against `sample_actions` in process
+  and LeRobot 0.6.1's `predict_action_chunk` (in its own venv, `pi_lerobot.py`), then 8 robots
+  in closed loops against the serial reference (`pi_served.py`);
 * fast: pi0-FAST served against PaliGemma `generate` of as many tokens.
 
 Writes `pi.json`, `pi-phases.png`, `pi-served.png` and `pi-top-ops.md` under `--out`.
@@ -45,6 +46,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=3, help="served: rounds of node, reference")
     p.add_argument("--chunks", type=int, default=5, help="served: chunks per round")
     p.add_argument("--robots", type=int, default=8, help="served: robots of the closed loops")
+    p.add_argument(
+        "--no-lerobot", dest="lerobot", action="store_false",
+        help="served: skip LeRobot's policy (its venv is built on first use)",
+    )  # fmt: skip
     p.add_argument("--out", type=Path, default=Path("bench_out/pi"))
 
 
@@ -60,7 +65,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if "phases" in args.sections:
             result["phases"].append(run_kind(kind, folder, threads, args.repeats))
         if "served" in args.sections:
-            served = flow_served(kind, folder, args.rounds, args.chunks, threads, args.robots)
+            served = flow_served(
+                kind, folder, args.rounds, args.chunks, threads, args.robots, args.lerobot
+            )
             result["served"].append(served)
     if "fast" in args.sections:
         print(f"pi0fast: the {args.size} folder (built on first use) ...", flush=True)

@@ -19,11 +19,14 @@ def report(out: Path, result: dict[str, Any]) -> None:
     for served in result["served"]:
         print(f"\n{served['kind']} served, one robot (time to chunk P50) vs the reference:")
         print(table(served["one_robot"], list(served["one_robot"][0])))
-        if served.get("fleet"):
-            print(table(served["fleet"], list(served["fleet"][0])))
+        for rows in (served.get("vs_lerobot"), served.get("fleet")):
+            if rows:
+                print(table(rows, list(rows[0])))
         series[f"{served['kind']} node"] = served["node_s"]
         for n, values in served["reference_s"].items():
             series[f"{served['kind']} reference, {n} thread(s)"] = values
+        for n, timed in served.get("lerobot", {}).get("by_threads", {}).items():
+            series[f"{served['kind']} LeRobot, {n} thread(s)"] = timed["totals_s"]
     if series:
         title = "served time to chunk (node) vs the reference in process"
         plot_distributions(out / "pi-served.png", title, series)

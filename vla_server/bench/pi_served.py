@@ -3,9 +3,10 @@
 * pi0 / pi0.5: the node serves `POST /v1/actions` with two new 640x480 JPEG frames, a state
   and a seed per request, one robot in a closed loop; between its rounds, transformers'
   `sample_actions` runs in this process on preprocessed tensors (it pays no HTTP and no JPEG),
-  one observation at a time, at each reference thread count. Then 8 robots in closed loops:
-  chunks/s against the serial reference (1 / its mean time per chunk), the node's rows per
-  action-head pass and its phase clocks.
+  one observation at a time, at each reference thread count; then LeRobot's own policy in its
+  venv (`pi_lerobot.py`) while the node idles, and one more node round. Then 8 robots in
+  closed loops: chunks/s against the serial reference (1 / its mean time per chunk), the
+  node's rows per action-head pass and its phase clocks.
 * pi0-FAST: the same robot loop (relaxed decoding: the random model's chunks seldom have the
   exact length) against transformers' PaliGemma `generate`, greedy, on an input of the same
   length (images + prompt) and for the same number of new tokens as each served chunk took.
@@ -26,6 +27,7 @@ import torch
 from vla_harness.server_subprocess import ServerProcess, run_server
 from vla_harness.stats import summary_ms
 from vla_server.bench.flow_loop import robot_interface, served_run
+from vla_server.bench.pi_lerobot import lerobot_reference
 from vla_server.bench.pi_paths import HfPath, PhaseTimer, observation
 
 FAST_FIELDS = {"relaxed_decoding": True}
@@ -68,8 +70,9 @@ def _ratios(timed: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def flow_served(kind: str, folder: Path, rounds: int, chunks: int, threads: list[int],
-                robots: int) -> dict[str, Any]:  # fmt: skip
-    """One robot served vs `sample_actions`, then `robots` robots vs the serial reference."""
+                robots: int, lerobot: bool) -> dict[str, Any]:  # fmt: skip
+    """One robot served vs `sample_actions` (and LeRobot's `predict_action_chunk`, when
+    `lerobot`), then `robots` robots vs the serial reference."""
     print(f"{kind} served: loading transformers' model, starting the node on {folder} ...")
     hf = HfPath(folder, kind)
 
@@ -80,6 +83,9 @@ def flow_served(kind: str, folder: Path, rounds: int, chunks: int, threads: list
 
     with run_server(folder, Path(tempfile.mkdtemp(prefix="vla-bench-pi-"))) as server:
         timed = _rounds(server, rounds, chunks, None, reference, threads)
+        if lerobot:  # while the node idles, then one more round of it beside LeRobot's
+            timed["lerobot"] = lerobot_reference(folder, kind, threads, rounds * chunks)
+            timed["node_s"] += _rounds(server, 1, chunks, None, lambda *_: [], [])["node_s"]
         print(f"{kind} served: {robots} robots in closed loops ...", flush=True)
         fleet = asyncio.run(served_run(server, robot_interface(server), robots, chunks, seed=8))
     serial = {n: 1.0 / statistics.mean(v) for n, v in timed["reference_s"].items()}
@@ -92,7 +98,20 @@ def flow_served(kind: str, folder: Path, rounds: int, chunks: int, threads: list
     ]  # fmt: skip
     fleet.pop("latencies_s")
     return {"kind": kind, "one_robot": _ratios(timed), "fleet": fleet_rows, "fleet_run": fleet,
-            "node_ms": summary_ms(timed["node_s"]), **timed}  # fmt: skip
+            "node_ms": summary_ms(timed["node_s"]), "vs_lerobot": _vs_lerobot(timed),
+            **timed}  # fmt: skip
+
+
+def _vs_lerobot(timed: dict[str, Any]) -> list[dict[str, Any]]:
+    if "lerobot" not in timed:
+        return []
+    node = 1e3 * statistics.median(timed["node_s"])
+    return [
+        {"lerobot_threads": n, "node_p50_ms": round(node, 1),
+         "lerobot_p50_ms": round(r["p50_ms"], 1), "ratio": round(node / r["p50_ms"], 3),
+         **{f"lerobot_{p}_ms": round(ms, 1) for p, ms in r["phases_p50_ms"].items()}}
+        for n, r in timed["lerobot"]["by_threads"].items()
+    ]  # fmt: skip
 
 
 def fast_served(folder: Path, rounds: int, chunks: int, threads: list[int]) -> dict[str, Any]:

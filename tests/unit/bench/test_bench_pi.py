@@ -19,7 +19,7 @@ from vla_server.bench import pi
 def test_a_short_run_reports_phases_served_chunks_and_the_profile(monkeypatch, tmp_path: Path):
     args = bench_args(
         monkeypatch, pi, "pi", "--size", "tiny", "--threads", "1", "--repeats", "2",
-        "--rounds", "1", "--chunks", "2", "--robots", "2", "--out", str(tmp_path),
+        "--rounds", "1", "--chunks", "2", "--robots", "2", "--no-lerobot", "--out", str(tmp_path),
     )  # fmt: skip
     monkeypatch.undo()
     pi.run(args)
