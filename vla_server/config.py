@@ -456,9 +456,7 @@ class ThreadPlan:
     for the rest (see `default_torch_threads` for why). With several requests in flight the
     front end is busy too, and more model threads than free cores stall at every barrier: 8
     robots' throughput fell 4x in `bench control` when any long step took every core. A step
-    that streams nothing (a denoising model's prompts and action-head passes: no token, no
-    chunk until the last pass) takes `prefill` whatever its size: the front end has nothing to
-    send while it runs, and 8 robots on the mid-size pi0 served 1.2x the chunks/s with it."""
+    nothing streams from takes `prefill` (8 robots of a denoising policy: 1.2x the chunks/s)."""
 
     decode: int
     prefill: int
@@ -470,8 +468,8 @@ class ThreadPlan:
         return cls(decode, model.prefill_torch_threads or os.cpu_count() or decode)
 
     def threads_for(self, requests: int, new_tokens: int, streams: bool = True) -> int:
-        lone_long = requests == 1 and new_tokens >= self.min_tokens
-        return self.prefill if lone_long or not streams else self.decode
+        long_alone = requests == 1 and new_tokens >= self.min_tokens
+        return self.prefill if long_alone or not streams else self.decode
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Test-only references for pi0 and pi0.5, sharing no code with the node:
 
-* `hf_pi0`: transformers' own `PI0ForConditionalGeneration` (`vla_server.bench.hf_pi`: a
+* `hf_pi0`: transformers' own `PI0ForConditionalGeneration` (`pi_common.hf_reference`: a
   code-made `PI0Config` with the checkpoint's `vlm_config` / `dit_config`, its weights copied
   from the checkpoint's openpi-named tensors through a rename table; no node model code); with
   `hf_prefix_cache`, the PaliGemma prefix cache it denoises over.
@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from vla_server.bench.hf_pi import (
+from vla_server.policies.pi_common.hf_reference import (
     EXPERT,
     PALIGEMMA,
     checkpoint_tensors,

@@ -3,7 +3,7 @@ code with the node:
 
 * the model: transformers' own `PaliGemmaForConditionalGeneration`, built from the tiny
   checkpoint's `vlm_config` and loaded from its LeRobot-named `model.safetensors`
-  (`vla_server.bench.hf_pi`, no node model code); greedy
+  (`vla_server.policies.pi_common.hf_reference`, no node model code); greedy
   decoding with the prompt prefix marked by `token_type_ids` (0: bidirectional, 1: causal) and
   explicit RoPE positions, through transformers' KV cache;
 * the images: LeRobot's `resize_with_pad_torch` + `* 2 - 1` on a float frame in [0, 1];
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vla_server.bench.hf_pi import hf_paligemma as hf_policy_paligemma
+from vla_server.policies.pi_common.hf_reference import hf_paligemma as hf_policy_paligemma
 
 
 @cache

@@ -19,7 +19,7 @@ BENCHES = {
     "soak": "vla_server.bench.soak",
     "control": "vla_server.bench.control",
     "flow": "vla_server.bench.flow",
-    "pi": "vla_server.bench.pi",
+    "pi": "vla_server.policies.pi_common.bench.cli",
     "lerobot-client": "vla_server.bench.lerobot_client",
 }
 

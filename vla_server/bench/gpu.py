@@ -7,8 +7,9 @@ Prints one table: the Triton kernel checks of ``python -m vla_kernels.check_gpu`
 the torch references, times against the torch baselines), then the served inter-token latency
 (ITL) of a real node on a ~1B-parameter random-weight Llama with each attention backend at batch
 1 and 8 (see served_itl), next to the memory-bandwidth bound (weight bytes / measured HBM
-bandwidth), then the pi section (`gpu_pi.py`: real-size pi0 and pi0.5 in bf16, node against
-transformers, 1/4/8 robots; `gpu-pi.json` and `gpu-pi.png` under `--out`). Exits 1 if a kernel
+bandwidth), then the pi section (`policies/pi_common/bench/gpu_section.py`: the pi family's
+real-size flow policies in bf16, node against transformers, 1/4/8 robots; `gpu-pi.json` and
+`gpu-pi.png` under `--out`). Exits 1 if a kernel
 is wrong or a node fails. On a machine without CUDA it says so and exits 0, unless
 ``--served-itl-model tiny`` or ``--pi-size tiny|mid`` asks for a CPU run (development of the
 measurement itself).
@@ -125,7 +126,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--served-itl-batches", type=_batches, default=(1, 8), metavar="1,8")
     p.add_argument(
         "--pi-size", choices=["real", "mid", "tiny", "none"], default="real",
-        help="the pi section's random-weight pi0 / pi0.5 ('tiny' and 'mid' also run on a CPU)",
+        help="the pi section's random-weight policies ('tiny' and 'mid' also run on a CPU)",
     )  # fmt: skip
     p.add_argument("--out", type=Path, default=Path("bench_out/gpu"))
 
@@ -159,7 +160,7 @@ def run(args: argparse.Namespace) -> list[Row]:
         print(format_table(rows))
     cuda = torch.cuda.is_available()
     if args.pi_size != "none" and (cuda or args.pi_size != "real"):
-        from vla_server.bench.gpu_pi import pi_section
+        from vla_server.policies.pi_common.bench.gpu_section import pi_section
 
         pi_section(args.pi_size, "cuda" if cuda else "cpu", out=args.out)
     if failed(rows):

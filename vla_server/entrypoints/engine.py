@@ -98,6 +98,21 @@ def stop_processes(procs: list[BaseProcess], timeout: float = 3.0) -> None:
             p.join(1)
 
 
+def _set_omp_wait() -> None:
+    """How OpenMP threads wait at a barrier, for the scheduler (it inherits this environment;
+    libgomp reads it when torch loads); a user's wait policy or spin count wins.
+
+    Spinning long (libgomp's default, ~ms) makes a multi-threaded step pathological when
+    another process holds a core (a 512-token prefill on 2 threads took 0.8 s instead of 55 ms
+    on a loaded 2-core machine); sleeping at once costs a futex wake-up per parallel region, and
+    a lone robot's denoising steps are ~1500 small regions per chunk (a mid-size denoising
+    policy on 2 cores: its action-head passes took 170 ms served, 130 ms in process). A short
+    spin (2000 pauses, tens of microseconds) keeps both: 340 ms per chunk served instead of 400
+    on an idle machine, about the same with a busy core."""
+    if "OMP_WAIT_POLICY" not in os.environ:
+        os.environ.setdefault("GOMP_SPINCOUNT", "2000")
+
+
 def launch_node(server_args: ServerArgs) -> Node:
     args = resolve_model_path(server_args)
     configs = args.configs()
@@ -120,17 +135,7 @@ def launch_node(server_args: ServerArgs) -> Node:
     )
     procs: list[BaseProcess] = [sched, detok]
     tm = None
-    # OpenMP threads waiting at a barrier: spinning long (libgomp's default, ~ms) makes a
-    # multi-threaded step pathological when another process holds a core (a 512-token prefill on
-    # 2 threads took 0.8 s instead of 55 ms on a loaded 2-core machine); sleeping at once costs
-    # a futex wake-up per parallel region, and a lone robot's denoising steps are ~1500 small
-    # regions per chunk (mid-size pi0 on 2 cores: its action-head passes took 170 ms served,
-    # 130 ms in process). A short spin (2000 pauses, tens of microseconds) keeps both: 340 ms
-    # per chunk served instead of 400 on an idle machine, about the same with a busy core.
-    # The scheduler inherits this environment when it starts (libgomp reads it when torch
-    # loads); a user's wait policy or spin count wins.
-    if "OMP_WAIT_POLICY" not in os.environ:
-        os.environ.setdefault("GOMP_SPINCOUNT", "2000")
+    _set_omp_wait()
     try:
         sched.start()
         sched_writer.close()

@@ -53,7 +53,7 @@ def test_arguments():
 def test_the_pi_section_runs_on_the_cpu_with_the_tiny_folders(tmp_path):
     """Everything but CUDA: the tiny pi0 and pi0.5 through both paths (equal chunks in float32),
     served to 1 and 2 robots, the serial reference, the JSON and the plot."""
-    from vla_server.bench.gpu_pi import CUDA_GRAPHS, pi_section
+    from vla_server.policies.pi_common.bench.gpu_section import CUDA_GRAPHS, pi_section
 
     result = pi_section("tiny", "cpu", robots=(1, 2), chunks=2, out=tmp_path)
     assert result["cuda_graphs"] == CUDA_GRAPHS and set(result["kinds"]) == {"pi0", "pi05"}

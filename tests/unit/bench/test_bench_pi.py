@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.bench_cli import bench_args
-from vla_server.bench import pi
+from vla_server.policies.pi_common.bench import cli as pi
 
 
 @pytest.mark.usefixtures("one_torch_thread")

@@ -29,8 +29,14 @@ import torch
 from vla_harness.server_subprocess import run_server
 from vla_harness.stats import write_json
 from vla_server.bench.flow_loop import robot_interface, served_run
-from vla_server.bench.pi_paths import PHASES, HfPath, NodePath, PhaseTimer, max_difference
-from vla_server.bench.pi_paths import observation as make_observation
+from vla_server.policies.pi_common.bench.paths import (
+    PHASES,
+    HfPath,
+    NodePath,
+    PhaseTimer,
+    max_difference,
+)
+from vla_server.policies.pi_common.bench.paths import observation as make_observation
 
 KINDS = ("pi0", "pi05")
 CUDA_GRAPHS = "not implemented: the denoising loop runs eagerly"

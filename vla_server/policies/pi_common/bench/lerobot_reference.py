@@ -1,5 +1,5 @@
 """LeRobot 0.6.1's `PI0Policy` / `PI05Policy` as a timed reference on a pi folder (`bench pi`):
-the observations `pi_paths.observation` makes, run in LeRobot's venv by `lerobot_pi_script.py`
+the observations `paths.observation` makes, run in LeRobot's venv by `lerobot_script.py`
 (`predict_action_chunk` from the same noise; its images in [0, 1] at the model's resolution,
 its language tokens and state given, as LeRobot's preprocessor would hand them over), and the
 node's chunks for the same observations, so that the two are seen to compute the same thing.
@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from vla_harness.lerobot_env import ensure_lerobot_venv, run_script
-from vla_server.bench.pi_paths import PHASES, NodePath, PhaseTimer, observation
+from vla_server.policies.pi_common.bench.paths import PHASES, NodePath, PhaseTimer, observation
 
-SCRIPT = Path(__file__).with_name("lerobot_pi_script.py")
+SCRIPT = Path(__file__).with_name("lerobot_script.py")
 
 
 def _write_observations(path: Path, folder: Path, n: int, state_dim: int) -> list[Any]:

@@ -1,4 +1,4 @@
-"""Tables, plots and the operator profile of `bench pi` (`pi.py`)."""
+"""Tables, plots and the operator profile of `bench pi` (`cli.py`)."""
 
 from __future__ import annotations
 

@@ -10,10 +10,10 @@ Builds the mid-size pi0, pi0.5 and pi0-FAST folders (`paligemma_dims.MID`: two 2
 
 * phases: the node's model path against transformers' `PI0ForConditionalGeneration` /
   `PI05ForConditionalGeneration` phase by phase in this one process, and each phase's top
-  operators under `torch.profiler` (`pi_phases.py`);
+  operators under `torch.profiler` (`phases.py`);
 * served: `/v1/actions` with new JPEG frames, one robot, against `sample_actions` in process
-  and LeRobot 0.6.1's `predict_action_chunk` (in its own venv, `pi_lerobot.py`), then 8 robots
-  in closed loops against the serial reference (`pi_served.py`);
+  and LeRobot 0.6.1's `predict_action_chunk` (in its own venv, `lerobot_reference.py`), then
+  8 robots in closed loops against the serial reference (`served.py`);
 * fast: pi0-FAST served against PaliGemma `generate` of as many tokens.
 
 Writes `pi.json`, `pi-phases.png`, `pi-served.png` and `pi-top-ops.md` under `--out`.
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from vla_harness.stats import write_json
-from vla_server.bench.pi_report import report
+from vla_server.policies.pi_common.bench.report import report
 
 KINDS = ("pi0", "pi05")
 SECTIONS = ("phases", "served", "fast")
@@ -54,8 +54,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from vla_server.bench.pi_phases import run_kind
-    from vla_server.bench.pi_served import fast_served, flow_served
+    from vla_server.policies.pi_common.bench.phases import run_kind
+    from vla_server.policies.pi_common.bench.served import fast_served, flow_served
 
     threads = args.threads or sorted({1, os.cpu_count() or 1})
     result: dict[str, Any] = {"size": args.size, "threads": threads, "phases": [], "served": []}

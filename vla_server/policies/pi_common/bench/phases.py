@@ -1,7 +1,7 @@
 """The pi family's model path against transformers', phase by phase: vision tower, prefix
 (the PaliGemma prefill the action expert reads), denoising (the expert's Euler steps), each
 timed in this one process on the same folder, the same observations and the same torch thread
-count, the two paths interleaved so both see the same machine (`pi_paths.py`). Every
+count, the two paths interleaved so both see the same machine (`paths.py`). Every
 observation's two chunks are compared, so both paths compute the same thing.
 
 Per phase: the P50 over `repeats` observations of each path, and node / transformers; then one
@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from vla_server.bench.pi_paths import (
+from vla_server.policies.pi_common.bench.paths import (
     PHASES,
     HfPath,
     ModelPath,

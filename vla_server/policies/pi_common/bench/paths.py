@@ -1,8 +1,8 @@
 """One pi0 / pi0.5 observation through two model paths, phase by phase, in this process: the
 node's (`ModelRunner`: vision tower, decoder prefill into the paged pool, action-head passes)
-and transformers' (`hf_pi.hf_policy`: `embed_prefix`, the PaliGemma prefix cache,
+and transformers' (`hf_reference.hf_policy`: `embed_prefix`, the PaliGemma prefix cache,
 `sample_actions`' denoising loop). Both get the same pixels, token ids, state and noise, so
-their chunks must agree; `pi_phases.py` times them."""
+their chunks must agree; `phases.py` times them."""
 
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ class HfPath:
     def __init__(
         self, folder: Path, kind: str, device: str = "cpu", dtype: torch.dtype = torch.float32
     ):
-        from vla_server.bench.hf_pi import hf_policy
+        from vla_server.policies.pi_common.hf_reference import hf_policy
 
         self.model, self.kind = hf_policy(folder, kind, device, dtype), kind
         self.device = torch.device(device)

@@ -1,7 +1,7 @@
 """LeRobot 0.6.1's own `PI0Policy` / `PI05Policy` on a pi folder of any size, timed: run in
-LeRobot's venv (`pi_lerobot.py` drives it; it imports nothing of the project).
+LeRobot's venv (`lerobot_reference.py` drives it; it imports nothing of the project).
 
-    python lerobot_pi_script.py FOLDER KIND OBSERVATIONS.npz OUT.npz THREADS [THREADS ...]
+    python lerobot_script.py FOLDER KIND OBSERVATIONS.npz OUT.npz THREADS [THREADS ...]
 
 LeRobot names only full-size Gemmas and a fixed So400m SigLIP with a 257152-token vocabulary,
 so, in this process only, `get_gemma_config` returns the folder's dimensions and the PaliGemma

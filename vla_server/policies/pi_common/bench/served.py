@@ -4,7 +4,7 @@
   and a seed per request, one robot in a closed loop; between its rounds, transformers'
   `sample_actions` runs in this process on preprocessed tensors (it pays no HTTP and no JPEG),
   one observation at a time, at each reference thread count; then LeRobot's own policy in its
-  venv (`pi_lerobot.py`) while the node idles, and one more node round. Then 8 robots in
+  venv (`lerobot_reference.py`) while the node idles, and one more node round. Then 8 robots in
   closed loops: chunks/s against the serial reference (1 / its mean time per chunk), the
   node's rows per action-head pass and its phase clocks.
 * pi0-FAST: the same robot loop (relaxed decoding: the random model's chunks seldom have the
@@ -27,8 +27,8 @@ import torch
 from vla_harness.server_subprocess import ServerProcess, run_server
 from vla_harness.stats import summary_ms
 from vla_server.bench.flow_loop import robot_interface, served_run
-from vla_server.bench.pi_lerobot import lerobot_reference
-from vla_server.bench.pi_paths import HfPath, PhaseTimer, observation
+from vla_server.policies.pi_common.bench.lerobot_reference import lerobot_reference
+from vla_server.policies.pi_common.bench.paths import HfPath, PhaseTimer, observation
 
 FAST_FIELDS = {"relaxed_decoding": True}
 
@@ -116,7 +116,7 @@ def _vs_lerobot(timed: dict[str, Any]) -> list[dict[str, Any]]:
 
 def fast_served(folder: Path, rounds: int, chunks: int, threads: list[int]) -> dict[str, Any]:
     """One pi0-FAST robot served vs PaliGemma `generate` of as many tokens per chunk."""
-    from vla_server.bench.hf_pi import hf_paligemma
+    from vla_server.policies.pi_common.hf_reference import hf_paligemma
 
     print(f"pi0fast served: loading transformers' PaliGemma, starting the node on {folder} ...")
     model = hf_paligemma(folder)
