@@ -2,7 +2,8 @@
 
 The same computation as transformers' `PaliGemmaModel.get_image_features` (and LeRobot's
 `embed_image`): `projector.linear(siglip(pixels).last_hidden_state)`, every patch kept, the
-SigLIP post-layernorm applied, no pooling head, no scaling of the result (the text embeddings
+SigLIP post-layernorm applied, no pooling head (`model/siglip_tower.py`: q/k/v fused), no
+scaling of the result (the text embeddings
 are scaled by sqrt(width) in the decoder; image embeddings are not). The tower runs in float32
 whatever the model dtype, as LeRobot keeps it; the projector runs in the model dtype.
 
@@ -17,10 +18,9 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModel
-from transformers.initialization import no_init_weights
 
 from vla_server.model.hf_tower import TOWER_KEYS, VISION_PREFIXES, module_name
+from vla_server.model.siglip_tower import SiglipTower, fuse_qkv
 from vla_server.model.weight_loader import check_module_tensors, load_tensors_with_prefix
 
 # LeRobot saves its pi-family policies' PaliGemma under these (fine-tuned folders with `model.`).
@@ -46,9 +46,8 @@ class PaliGemmaVisionEncoder(nn.Module):
         self.spec = (tower, text_hidden_size)
         self.dtype = dtype
         self.device = torch.device(device)
-        config = AutoConfig.for_model("siglip_vision_model", **tower, vision_use_head=False)
-        with no_init_weights(), self.device:  # every parameter comes from the checkpoint
-            self.tower = AutoModel.from_config(config)
+        with self.device:  # every parameter then comes from the checkpoint
+            self.tower = SiglipTower(tower)
             self.projector = nn.Module()
             self.projector.linear = nn.Linear(tower["hidden_size"], text_hidden_size)
         self.tower.to(dtype=torch.float32)
@@ -87,7 +86,7 @@ class PaliGemmaVisionEncoder(nn.Module):
                 f"got {list(pixel_values.shape)}"
             )
         pixels = pixel_values.to(device=self.device, dtype=torch.float32)
-        features = self.tower(pixel_values=pixels).last_hidden_state
+        features = self.tower(pixels)
         return list(self.projector.linear(features.to(self.dtype)).unbind(0))
 
     def read_weights(self, model_path: str | Path) -> dict[str, torch.Tensor]:
@@ -95,7 +94,7 @@ class PaliGemmaVisionEncoder(nn.Module):
         (names, shapes) without changing it; `load_weights` then copies them in. A folder whose
         tower settings differ is refused before this, by the family (`differences`)."""
         loaded = load_tensors_with_prefix(model_path, VISION_PREFIXES, strip=POLICY_PREFIXES)
-        tensors = {module_name(n): t for n, t in loaded.items()}
+        tensors = fuse_qkv({module_name(n): t for n, t in loaded.items()})
         check_module_tensors(self, tensors, "vision encoder")
         return tensors
 
