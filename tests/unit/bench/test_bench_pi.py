@@ -31,6 +31,9 @@ def test_a_short_run_reports_phases_served_chunks_and_the_profile(monkeypatch, t
         assert [r["phase"] for r in timed["rows"]] == ["vision", "prefix", "denoise", "total"]
         assert all(r["node_ms"] > 0 and r["transformers_ms"] > 0 for r in timed["rows"])
         assert set(phases["top_operators"]) == {"node", "transformers"}
+        batched = phases["batched_pass"]
+        assert batched["rows"] == 8 and batched["pass_ms_batched"] > 0 < batched["pass_ms_one"]
+        assert batched["top_operators"]
     assert [s["kind"] for s in result["served"]] == ["pi0", "pi05", "pi0fast"]
     for served in result["served"]:
         assert len(served["node_s"]) == 2 and len(served["reference_s"]["1"]) == 2

@@ -170,6 +170,25 @@ def test_cached_prefix_and_mixed_batch(pair):
     release(runner, seqs)
 
 
+def test_a_chunk_nobody_reads_writes_the_kv_the_next_chunk_needs(pair):
+    """A prefill chunk that samples nothing skips its last layer's attention and MLP: it still
+    writes every layer's K/V, so the next chunk's logits are transformers' over the whole
+    prompt."""
+    runner, hf = pair
+    (prompt,) = random_prompts([40], runner.vocab_size, seed=11)
+    (seq,) = new_seqs(runner, 1)
+    slots = runner.kv_pool.allocator.alloc(25)
+    batch = runner.build_forward_batch([seq.row], [0], [prompt[:25]], slots)
+    seq.tokens += prompt[:25]
+    first = runner.forward(batch, next_token_logits=False)
+    assert first.next_token_logits.shape == (0, runner.vocab_size)
+    rest = extend(runner, [seq], [prompt[25:]], [(0, 14)])
+    reference = hf_logits(hf, prompt)
+    torch.testing.assert_close(rest.next_token_logits[0], reference[-1], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(rest.prompt_logits[0], reference[25:39], atol=1e-4, rtol=1e-4)
+    release(runner, [seq])
+
+
 def test_shared_prefix_slots(pair):
     """Two requests whose rows point at the same cached prefix slots (what a radix cache does)."""
     runner, hf = pair

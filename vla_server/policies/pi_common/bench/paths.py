@@ -75,6 +75,13 @@ class PhaseTimer:
         return out
 
 
+@dataclass
+class Prefilled:
+    row: int
+    slots: torch.Tensor
+    length: int
+
+
 class NodePath:
     """The node's model runner on the folder, as it serves a lone robot: the prefix gathered
     from the pool once, the Euler steps back to back."""
@@ -92,21 +99,31 @@ class NodePath:
 
     @torch.inference_mode()
     def sample(self, obs: Observation, timed: PhaseTimer) -> torch.Tensor:
+        held = self.prefill(obs, timed)
+        try:
+            return timed("denoise", lambda: self._denoise(held.row, held.length, obs))
+        finally:
+            self.release(held)
+
+    @torch.inference_mode()
+    def prefill(self, obs: Observation, timed: PhaseTimer) -> Prefilled:
+        """The observation's images and prompt into the pool, as the scheduler prefills them."""
         r = self.runner
         images = timed("vision", lambda: torch.cat(r.encode_images(list(obs.pixels.numpy()))))
         n = images.shape[0] + len(obs.text_ids)
-        row, slots = r.req_to_token_pool.alloc(), r.kv_pool.allocator.alloc(n)
-        try:
-            batch = r.build_forward_batch(
-                [row], [0], [[0] * images.shape[0] + obs.text_ids], slots, input_embeds=images,
-                input_embeds_mask=[True] * images.shape[0] + [False] * len(obs.text_ids),
-                prefix_lm_lens=[n], position_shifts=[0],
-            )  # fmt: skip
-            timed("prefix", lambda: r.forward(batch, next_token_logits=False))
-            return timed("denoise", lambda: self._denoise(row, n, obs))
-        finally:
-            r.req_to_token_pool.free(row)
-            r.kv_pool.allocator.free(slots)
+        held = Prefilled(r.req_to_token_pool.alloc(), r.kv_pool.allocator.alloc(n), n)
+        batch = r.build_forward_batch(
+            [held.row], [0], [[0] * images.shape[0] + obs.text_ids], held.slots,
+            input_embeds=images,
+            input_embeds_mask=[True] * images.shape[0] + [False] * len(obs.text_ids),
+            prefix_lm_lens=[n], position_shifts=[0],
+        )  # fmt: skip
+        timed("prefix", lambda: r.forward(batch, next_token_logits=False))
+        return held
+
+    def release(self, held: Prefilled) -> None:
+        self.runner.req_to_token_pool.free(held.row)
+        self.runner.kv_pool.allocator.free(held.slots)
 
     def _denoise(self, row: int, n: int, obs: Observation) -> torch.Tensor:
         r = self.runner

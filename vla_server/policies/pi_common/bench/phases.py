@@ -11,6 +11,7 @@ Per phase: the P50 over `repeats` observations of each path, and node / transfor
 from __future__ import annotations
 
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -65,12 +66,47 @@ def top_operators(path: ModelPath, obs: Observation) -> dict[str, list[dict[str,
     for phase in PHASES:
         timer = PhaseTimer(profiled=phase)
         path.sample(obs, timer)
-        events = timer.profile.key_averages()
-        events = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)
-        out[phase] = [
-            {"op": e.key, "self_ms": round(e.self_cpu_time_total / 1000.0, 3), "calls": e.count}
-            for e in events[:TOP_OPS]
-        ]
+        out[phase] = _top(timer.profile)
+    return out
+
+
+def _top(prof: Any) -> list[dict[str, Any]]:
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    return [
+        {"op": e.key, "self_ms": round(e.self_cpu_time_total / 1000.0, 3), "calls": e.count}
+        for e in events[:TOP_OPS]
+    ]
+
+
+@torch.inference_mode()
+def batched_pass(node: NodePath, folder: Path, rows: int, passes: int = 5) -> dict[str, Any]:
+    """What batching buys the action head: one pass over `rows` robots' prefixes against a
+    lone robot's pass (ms per pass and per row, median of `passes`), and the profile of the
+    batched pass."""
+    from torch.profiler import ProfilerActivity, profile
+
+    obs = [observation(folder, seed=900 + i) for i in range(rows)]
+    held = [node.prefill(o, PhaseTimer()) for o in obs]
+    r, out = node.runner, {"rows": rows, "threads": torch.get_num_threads()}
+    try:
+        for b in (1, rows):
+            prefix = r.paged_prefix([h.row for h in held[:b]], [h.length for h in held[:b]])
+            x = torch.cat([o.noise for o in obs[:b]])
+            state, t = torch.stack([o.state for o in obs[:b]]), torch.full((b,), 0.5)
+            r.velocity(prefix, x, t, state)  # warm
+            times = []
+            for _ in range(passes):
+                t0 = time.perf_counter()
+                r.velocity(prefix, x, t, state)
+                times.append(time.perf_counter() - t0)
+            out["pass_ms_batched" if b > 1 else "pass_ms_one"] = 1e3 * statistics.median(times)
+        out["per_row_ms_batched"] = out["pass_ms_batched"] / rows
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            r.velocity(prefix, x, t, state)
+        out["top_operators"] = _top(prof)
+    finally:
+        for h in held:
+            node.release(h)
     return out
 
 
@@ -90,4 +126,6 @@ def run_kind(kind: str, folder: Path, threads: list[int], repeats: int) -> dict[
     print(f"{kind}: profiling each phase ...", flush=True)
     obs = observation(folder, seed=0)
     result["top_operators"] = {p.name: top_operators(p, obs) for p in paths}
+    print(f"{kind}: one action-head pass over 8 robots' prefixes vs one robot's ...", flush=True)
+    result["batched_pass"] = batched_pass(paths[0], folder, rows=8)
     return result

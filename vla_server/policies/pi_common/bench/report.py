@@ -37,19 +37,29 @@ def print_phases(result: dict[str, Any]) -> None:
         print(f"\n{result['kind']} ({Path(result['folder']).name}), {n} torch thread(s); "
               f"chunks differ by at most {timed['max_chunk_difference']:.2e}")  # fmt: skip
         print(table(timed["rows"], list(timed["rows"][0])))
+    b = result["batched_pass"]
+    print(f"{result['kind']}: one action-head pass, {b['threads']} thread(s): 1 robot "
+          f"{b['pass_ms_one']:.1f} ms, {b['rows']} robots {b['pass_ms_batched']:.1f} ms "
+          f"({b['per_row_ms_batched']:.1f} ms per robot)")  # fmt: skip
 
 
 def profile_markdown(results: list[dict[str, Any]]) -> str:
-    """Each kind's, path's and phase's top operators (self CPU time of one observation)."""
+    """Each kind's, path's and phase's top operators (self CPU time of one observation), and
+    those of the node's batched action-head pass."""
     lines = ["# Top operators per phase (`python -m vla_server.bench pi`)", ""]
     for result in results:
+        kind, b = result["kind"], result["batched_pass"]
         for path, phases in result["top_operators"].items():
             for phase, ops in phases.items():
-                lines += [f"## {result['kind']}, {path}, {phase}", "",
-                          "| operator | self ms | calls |", "|---|---|---|"]  # fmt: skip
-                lines += [f"| `{o['op']}` | {o['self_ms']:.2f} | {o['calls']} |" for o in ops]
-                lines.append("")
+                lines += _ops_table(f"{kind}, {path}, {phase}", ops)
+        title = f"{kind}, node, one action-head pass over {b['rows']} robots ({b['threads']} thr.)"
+        lines += _ops_table(title, b["top_operators"])
     return "\n".join(lines)
+
+
+def _ops_table(title: str, ops: list[dict[str, Any]]) -> list[str]:
+    rows = [f"| `{o['op']}` | {o['self_ms']:.2f} | {o['calls']} |" for o in ops]
+    return [f"## {title}", "", "| operator | self ms | calls |", "|---|---|---|", *rows, ""]
 
 
 def plot_phases(path: Path, results: list[dict[str, Any]]) -> None:
