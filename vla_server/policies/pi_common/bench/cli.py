@@ -1,7 +1,7 @@
 """The pi family's speed against the references, on mid-size folders where compute shows.
 
     python -m vla_server.bench pi [--sections phases served fast] [--kinds pi0 pi05]
-                                  [--threads 1 2] [--repeats 7] [--rounds 3] [--chunks 5]
+                                  [--threads 1 2] [--repeats 11] [--rounds 3] [--chunks 5]
                                   [--robots 8] [--out bench_out/pi]
 
 Builds the mid-size pi0, pi0.5 and pi0-FAST folders (`paligemma_dims.MID`: two 224 px cameras
@@ -42,7 +42,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
     p.add_argument("--threads", type=int, nargs="+", default=None,
                    help="torch thread counts (default: 1 and every core)")  # fmt: skip
-    p.add_argument("--repeats", type=int, default=7, help="phases: timed observations")
+    p.add_argument("--repeats", type=int, default=11, help="phases: timed observations")
     p.add_argument("--rounds", type=int, default=3, help="served: rounds of node, reference")
     p.add_argument("--chunks", type=int, default=5, help="served: chunks per round")
     p.add_argument("--robots", type=int, default=8, help="served: robots of the closed loops")
