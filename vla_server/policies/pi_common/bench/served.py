@@ -41,15 +41,17 @@ def _timed(fn: Callable[[], Any]) -> float:
 
 def _rounds(server: ServerProcess, rounds: int, chunks: int, extra: dict[str, Any] | None,
             reference: Callable[[int, dict[str, Any]], list[float]],
-            threads: list[int]) -> dict[str, Any]:  # fmt: skip
+            threads: list[int], first_seed: int = 1000) -> dict[str, Any]:  # fmt: skip
     """`rounds` x (the node's `chunks` served chunks, then the reference's at each thread
-    count), so both see the same machine."""
+    count), so both see the same machine; round r's frames come from seed `first_seed + r`
+    (new frames: no round may find another's prefix in the cache)."""
     robot_io = robot_interface(server)
     asyncio.run(served_run(server, robot_io, 1, 2, seed=99, extra=extra))  # warm-up
     node: list[float] = []
     ref: dict[int, list[float]] = {n: [] for n in threads}
     for r in range(rounds):
-        run = asyncio.run(served_run(server, robot_io, 1, chunks, seed=1000 + r, extra=extra))
+        seed = first_seed + r
+        run = asyncio.run(served_run(server, robot_io, 1, chunks, seed=seed, extra=extra))
         node += run["latencies_s"]
         for n in threads:
             torch.set_num_threads(n)
@@ -85,7 +87,8 @@ def flow_served(kind: str, folder: Path, rounds: int, chunks: int, threads: list
         timed = _rounds(server, rounds, chunks, None, reference, threads)
         if lerobot:  # while the node idles, then one more round of it beside LeRobot's
             timed["lerobot"] = lerobot_reference(folder, kind, threads, rounds * chunks)
-            timed["node_s"] += _rounds(server, 1, chunks, None, lambda *_: [], [])["node_s"]
+            again = _rounds(server, 1, chunks, None, lambda *_: [], [], first_seed=2000)
+            timed["node_s"] += again["node_s"]
         print(f"{kind} served: {robots} robots in closed loops ...", flush=True)
         fleet = asyncio.run(served_run(server, robot_interface(server), robots, chunks, seed=8))
     serial = {n: 1.0 / statistics.mean(v) for n, v in timed["reference_s"].items()}
