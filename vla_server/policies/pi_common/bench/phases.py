@@ -129,6 +129,7 @@ def run_kind(kind: str, folder: Path, threads: list[int], repeats: int) -> dict[
     print(f"{kind}: profiling each phase ...", flush=True)
     obs = observation(folder, seed=0)
     result["top_operators"] = {p.name: top_operators(p, obs) for p in paths}
+    result["profile_threads"] = torch.get_num_threads()
     print(f"{kind}: one action-head pass over 8 robots' prefixes vs one robot's ...", flush=True)
     result["batched_pass"] = batched_pass(paths[0], folder, rows=8)
     return result

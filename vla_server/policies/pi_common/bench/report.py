@@ -49,9 +49,10 @@ def profile_markdown(results: list[dict[str, Any]]) -> str:
     lines = ["# Top operators per phase (`python -m vla_server.bench pi`)", ""]
     for result in results:
         kind, b = result["kind"], result["batched_pass"]
+        threads = result.get("profile_threads", b["threads"])
         for path, phases in result["top_operators"].items():
             for phase, ops in phases.items():
-                lines += _ops_table(f"{kind}, {path}, {phase}", ops)
+                lines += _ops_table(f"{kind}, {path}, {phase} ({threads} thr.)", ops)
         title = f"{kind}, node, one action-head pass over {b['rows']} robots ({b['threads']} thr.)"
         lines += _ops_table(title, b["top_operators"])
     return "\n".join(lines)
