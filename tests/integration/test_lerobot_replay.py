@@ -6,8 +6,9 @@ own venv; CI has no such venv, so this replay is what CI runs).
 
 The calls are sent again, byte for byte, in the order they started. Each observation the live
 run got a chunk for is followed by `GetActions` here, and must get the same chunk again
-(timesteps, timestamps, and actions within 1e-5: the noise rule depends only on the
-observation) and the one `/v1/actions` gives under the rule; observations the live run got no
+(timesteps, timestamps, and actions within 1e-5 or 2e-6 relative: the noise rule depends only
+on the observation, and the node's float32 arithmetic may round differently since the
+recording, as its kernels and thread counts change: 5.7e-7 relative on chunks of ~50) and the one `/v1/actions` gives under the rule; observations the live run got no
 chunk for are just sent.
 """
 
@@ -88,7 +89,7 @@ def test_the_recorded_client_gets_the_same_chunks_again(replay):
             got = chunk_of(c.get_actions())
             assert got is not None, f"no chunk for observation #{obs.timestep}"
             assert (got.timesteps, got.timestamps) == (expected.timesteps, expected.timestamps)
-            np.testing.assert_allclose(got.actions, expected.actions, atol=1e-5)
+            np.testing.assert_allclose(got.actions, expected.actions, rtol=2e-6, atol=1e-5)
             assert not timing_problems(got, obs, fixture["fps"], len(expected.timesteps))
             if replayed < REFERENCE_CHUNKS:
                 reference = post_actions(srv, reference_body(obs, state_names))["actions"]
