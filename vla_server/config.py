@@ -449,29 +449,6 @@ def default_torch_threads() -> int:
     return max(1, (os.cpu_count() or 1) - 2)
 
 
-@dataclass(frozen=True)
-class ThreadPlan:
-    """Torch CPU threads per step: `prefill` for a step of one request with at least
-    `min_tokens` new tokens (a lone robot's frame: nothing else wants the other cores), `decode`
-    for the rest (see `default_torch_threads` for why). With several requests in flight the
-    front end is busy too, and more model threads than free cores stall at every barrier: 8
-    robots' throughput fell 4x in `bench control` when any long step took every core. A step
-    nothing streams from takes `prefill` (8 robots of a denoising policy: 1.2x the chunks/s)."""
-
-    decode: int
-    prefill: int
-    min_tokens: int = 64
-
-    @classmethod
-    def of(cls, model: ModelRunnerConfig) -> ThreadPlan:
-        decode = model.torch_num_threads or default_torch_threads()
-        return cls(decode, model.prefill_torch_threads or os.cpu_count() or decode)
-
-    def threads_for(self, requests: int, new_tokens: int, streams: bool = True) -> int:
-        long_alone = requests == 1 and new_tokens >= self.min_tokens
-        return self.prefill if long_alone or not streams else self.decode
-
-
 @dataclass
 class PortArgs:
     """ipc:// endpoints in a private directory (mode 0700) that only this user can reach; its

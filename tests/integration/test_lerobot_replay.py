@@ -8,8 +8,9 @@ The calls are sent again, byte for byte, in the order they started. Each observa
 run got a chunk for is followed by `GetActions` here, and must get the same chunk again
 (timesteps, timestamps, and actions within 1e-5 or 2e-6 relative: the noise rule depends only
 on the observation, and the node's float32 arithmetic may round differently since the
-recording, as its kernels and thread counts change: 5.7e-7 relative on chunks of ~50) and the one `/v1/actions` gives under the rule; observations the live run got no
-chunk for are just sent.
+recording, as its kernels and thread counts change: 5.7e-7 relative on chunks of ~50) and
+the one `/v1/actions` gives under the rule; observations the live run got no chunk for are
+just sent.
 """
 
 from __future__ import annotations

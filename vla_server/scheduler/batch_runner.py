@@ -17,7 +17,6 @@ from collections.abc import Callable
 
 import torch
 
-from vla_server.config import ThreadPlan
 from vla_server.io_struct import MMItem
 from vla_server.model.denoise import euler_update
 from vla_server.model.guidance import Guide, GuideBatch, identity_velocity
@@ -34,6 +33,7 @@ from vla_server.scheduler.denoise_state import DenoiseState
 from vla_server.scheduler.image_embedder import ImageEmbedder
 from vla_server.scheduler.req import Req
 from vla_server.scheduler.schedule_batch import PENDING, BatchResult, ReqLogprobs, ScheduledBatch
+from vla_server.scheduler.thread_plan import ThreadPlan
 
 
 class BatchRunner:
@@ -183,9 +183,9 @@ class BatchRunner:
         # Runs on the worker thread whose OpenMP pool the next forward uses.
         if self.threads is None:
             return
-        plan = self.threads
+        plan, width = self.threads, self.runner.config.hidden_size
         lanes = getattr(self._thread, "background", False) or self._background_runs
-        n = plan.decode if lanes else plan.threads_for(requests, new_tokens, streams)
+        n = plan.decode if lanes else plan.threads_for(requests, new_tokens, streams, width)
         if n != getattr(self._thread, "threads", 0):
             torch.set_num_threads(n)
             self._thread.threads = n

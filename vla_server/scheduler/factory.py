@@ -13,7 +13,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 
 import torch
 
-from vla_server.config import ModelRunnerConfig, SchedulerConfig, ThreadPlan
+from vla_server.config import ModelRunnerConfig, SchedulerConfig
 from vla_server.io_struct import ModelInfo
 from vla_server.model.attention.registry import resolve_backend_name
 from vla_server.model.model_runner import ModelRunner
@@ -26,6 +26,7 @@ from vla_server.scheduler.image_embedder import ImageEmbedder
 from vla_server.scheduler.interfaces import OutputSink
 from vla_server.scheduler.kv_cache_manager import KVCacheManager
 from vla_server.scheduler.sessions import SessionController
+from vla_server.scheduler.thread_plan import ThreadPlan
 
 
 def build_model_runner(model: ModelRunnerConfig, family: PolicyFamily) -> ModelRunner:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import zmq
 
-from vla_server.config import ModelRunnerConfig, PortArgs, SchedulerConfig, ThreadPlan
+from vla_server.config import ModelRunnerConfig, PortArgs, SchedulerConfig
 from vla_server.io_struct import (
     AbortReq,
     BatchTokenIDOutput,
@@ -36,6 +36,7 @@ from vla_server.process_utils import (
     zmq_socket,
 )
 from vla_server.scheduler.factory import build_core, ready_info
+from vla_server.scheduler.thread_plan import ThreadPlan
 
 # With waiting requests (deadlines to check) the loop looks again soon even without messages.
 WAITING_POLL_MS = 50

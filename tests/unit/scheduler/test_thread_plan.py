@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 import threading
+from types import SimpleNamespace
 
 import torch
 
-from vla_server.config import ServerArgs, ThreadPlan
+from vla_server.config import ServerArgs
 from vla_server.scheduler.batch_runner import BatchRunner
+from vla_server.scheduler.thread_plan import ThreadPlan
 
 
 def test_a_lone_long_step_or_one_that_streams_nothing_gets_the_prefill_threads():
@@ -17,8 +19,12 @@ def test_a_lone_long_step_or_one_that_streams_nothing_gets_the_prefill_threads()
     assert plan.threads_for(1, 64) == 4
     assert plan.threads_for(1, 63) == 1  # a decode step or a short turn
     assert plan.threads_for(2, 500) == 1  # another robot is in flight: its front end is busy
-    # Nothing streams from the step (denoising prompts and passes): the front end waits.
-    assert plan.threads_for(8, 20, streams=False) == 4
+    # Nothing streams from the step (denoising prompts and passes): the front end waits, and
+    # every core is worth it once the matmuls are big enough to split.
+    assert plan.threads_for(8, 50, streams=False, width=512) == 4
+    assert plan.threads_for(1, 50, streams=False, width=512) == 4
+    assert plan.threads_for(8, 32, streams=False, width=64) == 1  # a tiny model's passes
+    assert plan.threads_for(8, 50, streams=False) == 1  # width unknown
 
 
 def test_the_plan_follows_the_flags_with_all_cores_for_prefill_by_default(tmp_path):
@@ -61,4 +67,5 @@ def test_while_the_background_lane_runs_every_step_keeps_the_decode_threads(monk
 def _runner(plan: ThreadPlan) -> BatchRunner:
     runner = BatchRunner.__new__(BatchRunner)
     runner.threads, runner._thread, runner._background_runs = plan, threading.local(), 0
+    runner.runner = SimpleNamespace(config=SimpleNamespace(hidden_size=512))
     return runner
