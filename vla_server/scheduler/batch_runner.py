@@ -120,8 +120,8 @@ class BatchRunner:
         self._set_threads(len(chunks), x.shape[0] * x.shape[1], streams=False)
         prefix = self.runner.paged_prefix(batch.denoise_rows, batch.denoise_prefix_lens)
         for step in range(batch.denoise_steps):
-            times = [t[step] for t in batch.denoise_times]
-            x = self._euler_step(batch, chunks, prefix, x, torch.tensor(times, device=dev), state)
+            times = torch.tensor([t[step] for t in batch.denoise_times], dtype=torch.float32)
+            x = self._euler_step(batch, chunks, prefix, x, times.to(dev), state)
         for i, c in enumerate(chunks):
             c.x = x[i : i + 1]
 
@@ -138,7 +138,6 @@ class BatchRunner:
         chunking guidance through the head's Jacobian: the others, then them). Rows with
         LeRobot's identity guidance share the plain pass and are corrected after it; rows
         without guidance get exactly the plain pass's velocity."""
-        times = times.to(torch.float32)
         vjp = [i for i, c in enumerate(chunks) if c.guide is not None and c.guide.vjp]
         if vjp:
             v = self._velocity_with_vjp(batch, chunks, vjp, x, times, state)
