@@ -31,6 +31,7 @@ class ReqState:
     abort_sent: bool = False
     first_token_time: float | None = None
     last_output_time: float | None = None
+    handed_over_at: float | None = None  # its stream last woken with output (stream_order.py)
     text_chunks: list[str] = field(default_factory=list)
     output_ids: list[int] = field(default_factory=list)
     logprobs: LogprobAccum = field(default_factory=LogprobAccum)

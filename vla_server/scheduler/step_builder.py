@@ -104,9 +104,12 @@ class StepBuilder:
         """The background lane's next batch (see isolation.py): less important requests that the
         latest step's gate left out and no batch in flight holds, decoding ones first, then the
         longest waiting (the chunk budget goes to them in that order); None while the lane is
-        busy, off, or nothing was left out."""
+        busy, off, or nothing was left out, and while one it may take is in a main-lane batch
+        (at most one step): it would miss the lane's step and wait for that step and its own."""
         s, kv, iso = self.state, self.kv, self.isolation
         if iso is None or not iso.lane or s.background is not None or not self.gated:
+            return None
+        if any(r.inflight and _lane_may_take(iso, r) for r in s.running):
             return None
         idle = [r for r in s.running if r.inflight == 0 and _lane_may_take(iso, r)]
         idle.sort(key=lambda r: (not r.is_decoding, r.last_step_at))

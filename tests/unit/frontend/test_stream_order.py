@@ -8,6 +8,7 @@ for a state that, once reached, stays."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import zmq
@@ -82,6 +83,31 @@ async def test_a_deferred_stream_wakes_after_max_hold_at_the_latest():
     await asyncio.wait_for(low.event.wait(), LIVENESS_S)  # the hold ran out: no protected output
     assert so.state()["max_output_defer_ms"] > 9.9  # the timer does not fire early
     assert so.deferred == {}
+
+
+async def test_a_deferred_stream_is_due_a_hold_after_its_previous_hand_over():
+    """The hold counts from the stream's previous output, not from the deferral: a stream that
+    already waited a whole hold since then is not deferred further, one just served is."""
+    high, waited, fresh = state("high", 10), state("waited", 0), state("fresh", 0)
+    so = order([high, waited, fresh])
+    waited.handed_over_at = time.perf_counter() - NEVER_S  # a whole hold ago
+    fresh.handed_over_at = time.perf_counter()  # just now
+    so.hand_over([waited, fresh], protected=False)
+    await asyncio.wait_for(waited.event.wait(), LIVENESS_S)
+    for _ in range(5):  # however long the loop runs: the fresh one is a whole hold from due
+        await asyncio.sleep(0)
+    assert not fresh.event.is_set() and list(so.deferred) == [id(fresh)]
+    assert so.state()["max_stream_gap_ms"] >= NEVER_S * 1e3
+
+
+async def test_the_gap_counter_leaves_protected_streams_out():
+    high, low = state("high", 10), state("low", 0)
+    so = order([low])  # no protected request in flight: nothing is deferred
+    high.handed_over_at = low.handed_over_at = time.perf_counter() - 60.0
+    so.hand_over([high], protected=True)
+    assert so.state()["max_stream_gap_ms"] == 0.0
+    so.hand_over([low], protected=False)
+    assert so.state()["max_stream_gap_ms"] >= 60_000.0
 
 
 async def test_the_last_protected_output_releases_everyone_at_once():

@@ -145,3 +145,26 @@ def test_the_lane_runs_without_overlap_too():
     h.run()
     assert h.core.state.background_steps > 0
     assert_all_as_alone(h, {"high": HIGH}, 16)
+
+
+def test_the_lane_waits_for_the_requests_a_main_lane_batch_holds():
+    """A low that a main-lane batch in flight still holds (it ran there before the protected
+    request came) would miss a lane step started now, then wait for that step and its own; so
+    the lane's next step waits for it (one main-lane step at most). The inline lane here never
+    runs beside a main-lane step, so the batch in flight is set up by hand."""
+    h = lane_harness()
+    start_lows(h, 0)
+    h.submit("high", HIGH, 16, priority=100, stream=True)
+    h.step(2)
+    h.core._collect_background(wait=False)
+    s = h.core.state
+    assert s.background is None and h.core.builder.gated
+    low = next(r for r in s.running if r.rid in LOWS)
+    low.inflight += 1  # as a main-lane batch in flight holds it
+    h.core._launch_background()
+    assert s.background is None
+    low.inflight -= 1  # that batch applied
+    h.core._launch_background()
+    assert s.background is not None and low in s.background[0].reqs
+    h.run()
+    assert_all_as_alone(h, {"high": HIGH}, 16)
