@@ -65,6 +65,9 @@ class StreamOrder:
 
     def flush(self) -> None:
         """Wake every deferred stream."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer, self._timer_due = None, float("inf")
         self._release(list(self.deferred), time.perf_counter())
 
     def state(self) -> dict[str, float | int]:
@@ -98,9 +101,6 @@ class StreamOrder:
             self._arm(now)
 
     def _release(self, keys: list[int], now: float) -> None:
-        if not self.deferred.keys() - set(keys) and self._timer is not None:
-            self._timer.cancel()
-            self._timer, self._timer_due = None, float("inf")
         woken = []
         for key in keys:
             st, since = self.deferred.pop(key)
