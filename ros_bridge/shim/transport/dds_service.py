@@ -30,8 +30,11 @@ _POLL_S = 0.01
 def user_data(qos: Any) -> dict[str, str]:
     """USER_DATA `key=value;...` as a dict ({} when there is none)."""
     try:
-        raw = qos[Policy.Userdata].data
+        policy = qos[Policy.Userdata]
     except (KeyError, TypeError):
+        return {}
+    raw = getattr(policy, "data", None)  # an endpoint without USER_DATA may hand back None
+    if not raw:
         return {}
     pairs = (item.partition("=") for item in raw.decode(errors="replace").split(";") if item)
     return {key: value for key, _, value in pairs}

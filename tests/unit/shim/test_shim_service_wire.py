@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cyclonedds.core import Policy, Qos
 
 from ros_bridge.shim.cdr import CdrError, deserialize_message, serialize_message
 from ros_bridge.shim.rcl_interfaces import srv
 from ros_bridge.shim.rcl_interfaces.msg import Parameter, ParameterValue, SetParametersResult
 from ros_bridge.shim.service_wire import RequestHeader, frame, unframe
+from ros_bridge.shim.transport.dds_service import user_data
 from tests.support.ros_reference import typestore, wire_bytes
 
 R = typestore().types
@@ -66,3 +68,11 @@ def test_a_reply_from_a_big_endian_node_unframes() -> None:
 def test_short_or_foreign_samples_are_cdr_errors(data: bytes) -> None:
     with pytest.raises(CdrError):
         unframe(data)
+
+
+def test_user_data_of_an_endpoint_without_one_is_empty() -> None:
+    """Discovered endpoints of other DDS programs may carry no USER_DATA at all: cyclonedds then
+    hands back None for the policy, which must read as "no ids" rather than fail the call."""
+    assert user_data(Qos()) == {}
+    assert user_data(Qos(Policy.Userdata(data=b""))) == {}
+    assert user_data(Qos(Policy.Userdata(data=b"clientid=3;x=y;"))) == {"clientid": "3", "x": "y"}
