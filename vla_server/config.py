@@ -100,6 +100,14 @@ class ServerArgs:
         "steps are mostly interpreter time, which two lanes share)",
         choices=["auto", "on", "off"],
     )
+    realtime_cpu_split: str = _opt(
+        "auto",
+        "priority isolation with the background lane: the node's other threads (scheduler loop, "
+        "lane, detokenizer, front end) keep off the main lane's cores and its worker gets a "
+        "higher OS priority (with CAP_SYS_NICE) (auto: whenever the lane is on; off: leave "
+        "placement to the OS or your own taskset)",
+        choices=["auto", "off"],
+    )
     realtime_reserve_ms: float = _opt(
         0.0,
         "priority isolation for a control loop: protected requests that arrive at a steady "
@@ -390,6 +398,7 @@ class SchedulerConfig:
     max_hold_ms: float
     realtime_tolerance: float
     realtime_background_lane: str
+    realtime_cpu_split: str
     realtime_reserve_ms: float
     max_queued_requests: int | None
     max_session_held_tokens: int

@@ -206,6 +206,8 @@ class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
     attention_backend: str
     image_token_id: int | None = None
     num_image_tokens: int = 0
+    # the cores the detokenizer and front end keep to (cpu_placement.py; None: any)
+    node_cpus: tuple[int, ...] | None = None
 
     def server_info(self) -> dict[str, Any]:
         """The fields `/server_info` and `/model_info` report (SGLang's names)."""

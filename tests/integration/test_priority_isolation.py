@@ -23,8 +23,10 @@ tests/unit/frontend/test_stream_order.py.
 from __future__ import annotations
 
 import asyncio
+import os
 
 import httpx
+import psutil
 import pytest
 
 from tests.support.async_node import (
@@ -145,3 +147,23 @@ async def test_background_lane_runs_the_held_lows_outputs_unchanged(lane_node):
     assert order["max_stream_gap_ms"] > 0  # the lows streamed many outputs each
     assert_as_alone(outs, alone, highs, high_alone)
     assert after["kv_pool"]["used"] == 0
+    assert_placed(lane_node, info["scheduler_info"]["node_cpus"])
+
+
+def assert_placed(server, node_cpus: list[int] | None) -> None:
+    """With the lane, the front end and the detokenizer keep off the main lane's first core
+    (cpu_placement.py); the scheduler's main lane worker alone may use it."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:  # no core to split: nothing placed
+        assert node_cpus is None
+        return
+    assert node_cpus == allowed[1:]
+    front = psutil.Process(server.proc.pid)
+    by_name = {p.name(): p for p in front.children()}
+    for proc in (front, by_name["vla-detokenizer"]):
+        for thread in proc.threads():
+            assert sorted(os.sched_getaffinity(thread.id)) == node_cpus, proc.name()
+    sched = [sorted(os.sched_getaffinity(t.id)) for t in by_name["vla-scheduler"].threads()]
+    assert allowed in sched  # the main lane's worker (and any OpenMP threads it started)
+    assert all(cpus in (allowed, node_cpus) for cpus in sched)
+    assert sched.count(node_cpus) >= 2  # the loop and the lane at least

@@ -258,7 +258,10 @@ class FakeRunner(BatchRunner):
 
     def run_background(self, batch: ScheduledBatch) -> BatchResult:
         self.background_batches.append(batch)
-        return super().run_background(batch)
+        try:
+            return super().run_background(batch)
+        finally:  # an inline lane runs on the scheduler's thread, which stays the main lane's
+            self._thread.background = False
 
 
 class InlineExecutor(Executor):

@@ -16,8 +16,9 @@ from typing import Any
 import torch
 
 from vla_harness.stats import summary_ms
-from vla_server.bench.raw_step import measure_decode_steps
+from vla_server.bench.raw_step import DecodeRig, measure_decode_steps
 
+ROUND_STEPS = 32  # the neighbour's decode steps between fresh prompts (its context stays short)
 STARTUP_S = 120.0  # bound on the neighbour's start (loading the model), not a measurement
 
 
@@ -51,7 +52,10 @@ def measure(model_path: Path, rows: int, steps: int, threads: int) -> dict[str, 
 
 
 def _decode_until(model_path: Path, rows: int, threads: int, stop: Any, decoding: Any) -> None:
+    """Decodes `rows` requests until told to stop: the model loaded once (reloading it between
+    rounds made the floor the cost of a neighbour reading a checkpoint, not of one decoding)."""
     torch.set_num_threads(threads)
+    rig = DecodeRig(model_path, rows, ROUND_STEPS + 2)
     while not stop.is_set():
-        measure_decode_steps(model_path, rows, 10, warmup=1)
+        rig.round(ROUND_STEPS)
         decoding.set()

@@ -31,43 +31,68 @@ def measure_decode_steps(
     slot allocation, batch assembly, forward and sampling, as the scheduler does them.
     `forwards`, when given, gets the model forward alone of each of those steps (the bare
     model call, the floor any serving overhead is measured against)."""
-    n_new = steps + warmup + 2
-    runner = ModelRunner(
-        detect(model_path),
-        max_total_tokens=batch_size * (prompt_len + n_new + 1),
-        max_running_requests=batch_size,
-        progress=False,
-    )
-    kv = KVCacheManager(runner.req_to_token_pool, runner.kv_pool, disable_radix=True)
-    batch_runner = BatchRunner(runner, 0)
-    params = SamplingParams(max_new_tokens=n_new, temperature=0.0, ignore_eos=True)
-    reqs = [
-        Req.from_wire(
-            TokenizedGenerateReqInput(
-                rid=str(i),
-                input_ids=[(7 * i + j) % 200 + 10 for j in range(prompt_len)],
-                sampling_params=params,
-            )
+    rig = DecodeRig(model_path, batch_size, steps + warmup + 2, prompt_len)
+    return rig.round(steps, warmup, forwards)
+
+
+class DecodeRig:
+    """A model loaded once, decoding `batch_size` requests of `prompt_len` prompt tokens for up
+    to `max_steps` steps a round; each round decodes fresh prompts and frees their KV (so a
+    neighbour that decodes for minutes decodes, and does not reload the model)."""
+
+    def __init__(
+        self, model_path: str | Path, batch_size: int, max_steps: int, prompt_len: int = 16
+    ):
+        self.batch_size, self.max_steps, self.prompt_len = batch_size, max_steps, prompt_len
+        self.runner = ModelRunner(
+            detect(model_path),
+            max_total_tokens=batch_size * (prompt_len + max_steps + 1),
+            max_running_requests=batch_size,
+            progress=False,
         )
-        for i in range(batch_size)
-    ]
-    for r in reqs:
-        prefix, node = kv.match(r)
-        kv.admit(r, prefix, node)
-    times: list[float] = []
-    bare: list[float] = []
-    runner.forward = _timed(runner.forward, bare)  # type: ignore[method-assign]
-    for step in range(steps + warmup + 1):
-        t0 = time.perf_counter()
-        result = batch_runner.run(_step_batch(reqs, kv))
-        dt = time.perf_counter() - t0
-        for r, t in zip(reqs, result.next_ids, strict=True):
-            r.output_ids.append(t)
-        if step > warmup:
-            times.append(dt)
-    if forwards is not None:
-        forwards += bare[-steps:]
-    return times
+        self.kv = KVCacheManager(
+            self.runner.req_to_token_pool, self.runner.kv_pool, disable_radix=True
+        )
+        self.batch_runner = BatchRunner(self.runner, 0)
+        self.bare: list[float] = []
+        self.outputs: list[list[int]] = []  # the latest round's greedy tokens, per request
+        self.runner.forward = _timed(self.runner.forward, self.bare)  # type: ignore[method-assign]
+
+    def round(
+        self, steps: int, warmup: int = 0, forwards: list[float] | None = None
+    ) -> list[float]:
+        """Seconds of each of `steps` decode steps after `warmup` (at most max_steps - 2)."""
+        assert steps + warmup + 2 <= self.max_steps
+        params = SamplingParams(max_new_tokens=self.max_steps, temperature=0.0, ignore_eos=True)
+        reqs = [
+            Req.from_wire(
+                TokenizedGenerateReqInput(
+                    rid=str(i),
+                    input_ids=[(7 * i + j) % 200 + 10 for j in range(self.prompt_len)],
+                    sampling_params=params,
+                )
+            )
+            for i in range(self.batch_size)
+        ]
+        for r in reqs:
+            prefix, node = self.kv.match(r)
+            self.kv.admit(r, prefix, node)
+        times: list[float] = []
+        self.bare.clear()
+        for step in range(steps + warmup + 1):
+            t0 = time.perf_counter()
+            result = self.batch_runner.run(_step_batch(reqs, self.kv))
+            dt = time.perf_counter() - t0
+            for r, t in zip(reqs, result.next_ids, strict=True):
+                r.output_ids.append(t)
+            if step > warmup:
+                times.append(dt)
+        if forwards is not None:
+            forwards += self.bare[-steps:]
+        self.outputs = [r.output_ids for r in reqs]
+        for r in reqs:
+            self.kv.release(r)
+        return times
 
 
 def measure_extend_forwards(

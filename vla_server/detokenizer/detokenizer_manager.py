@@ -10,6 +10,7 @@ from multiprocessing.connection import Connection
 
 import zmq
 
+from vla_server import cpu_placement
 from vla_server.config import DetokenizerConfig, PortArgs
 from vla_server.detokenizer.incremental_decode import DecodeInput, IncrementalDecoder
 from vla_server.io_struct import (
@@ -149,7 +150,7 @@ def run_detokenizer_process(
         "vla-detokenizer",
         cfg.log_level,
         ready_pipe,
-        build=lambda: DetokenizerManager(cfg, port_args, info_pipe.recv()),
+        build=lambda: DetokenizerManager(cfg, port_args, cpu_placement.follow(info_pipe.recv())),
         ready_info=lambda _: {"status": "ready"},
         serve=lambda manager: manager.event_loop(parent_pid, heartbeat),
     )

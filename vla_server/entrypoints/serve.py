@@ -10,6 +10,7 @@ from typing import Any
 
 import uvicorn
 
+from vla_server import cpu_placement
 from vla_server.config import ServerArgs
 from vla_server.entrypoints.engine import Node, launch_node, stop_processes
 from vla_server.entrypoints.http_guard import ClientTimeouts, guarded_h11_protocol
@@ -50,6 +51,10 @@ def run_server(server_args: ServerArgs) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _exit_0_on_signal)
     node = launch_node(server_args)
+    # The HTTP server's process is the front end: it keeps to the cores the scheduler left it
+    # (an in-process Engine leaves its host program where it is).
+    if node_cpus := node.scheduler_info.get("node_cpus"):
+        cpu_placement.keep_process_to(tuple(node_cpus))
     launch = node.configs.launch
     try:
         node.start_watchdog(_exit_on_child_failure(node))

@@ -13,6 +13,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 
 import torch
 
+from vla_server import cpu_placement
 from vla_server.config import ModelRunnerConfig, SchedulerConfig
 from vla_server.io_struct import ModelInfo
 from vla_server.model.attention.registry import resolve_backend_name
@@ -104,7 +105,28 @@ def build_core(
     return core, runner
 
 
-def ready_info(runner: ModelRunner, kv_total_tokens: int, attention_backend: str) -> ModelInfo:
+def place_threads(
+    cfg: SchedulerConfig, core: SchedulerCore, worker: Executor, main_lane_threads: int
+) -> tuple[int, ...] | None:
+    """With the background lane, keep this process's threads but the main lane's worker off
+    that worker's cores (`cpu_placement.py`); the cores the rest of the node keeps to, or None."""
+    if core.background is None or cfg.realtime_cpu_split == "off":
+        return None
+    allowed = tuple(sorted(os.sched_getaffinity(0)))
+    rest = cpu_placement.split(main_lane_threads)
+    if rest is None:
+        return None
+    cpu_placement.keep_process_to(rest)  # the worker too, for a moment: it is freed next
+    worker.submit(cpu_placement.free_main_lane_worker, allowed).result()
+    return rest
+
+
+def ready_info(
+    runner: ModelRunner,
+    kv_total_tokens: int,
+    attention_backend: str,
+    node_cpus: tuple[int, ...] | None = None,
+) -> ModelInfo:
     """What the other processes learn in the readiness handshake."""
     cfg = runner.config
     family = runner.parts
@@ -122,4 +144,5 @@ def ready_info(runner: ModelRunner, kv_total_tokens: int, attention_backend: str
         attention_backend=resolve_backend_name(attention_backend, runner.device),
         image_token_id=cfg.image_token_id,
         num_image_tokens=runner.vision.num_image_tokens if runner.vision else 0,
+        node_cpus=node_cpus,
     )

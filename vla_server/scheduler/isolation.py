@@ -37,7 +37,8 @@ expected, and steps without protected work are built through a gate whose allowa
 tokens the model predicts to finish by R before that moment; from then until R after it (the
 frame is late; with the background lane, until it is a whole period late) the allowance is
 nothing. Held requests are forced in after `--max-hold-ms` as above, and with no steady rhythm
-(or R = 0) nothing is reserved.
+(or R = 0) nothing is reserved, except that with the background lane the main lane stays clear
+for a second after each of a loop's first frames (until its rhythm is known).
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ from vla_server.scheduler.step_cost import StepCostModel
 # alone where the max-hold rule kept it at 1.05x; on a 45M Llama (a 14 ms step) it brought the ITL
 # P99 from 18x to about 1.4x (`bench scheduler priority --workload image|text`).
 LANE_MIN_STEP_S = 0.008
+
+
+# With the lane and no rhythm yet, how long after a protected arrival the main lane stays clear:
+# a control loop sends its frames more often than once a second.
+FIRST_FRAMES_KEEP_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -153,13 +159,28 @@ class Isolation:
         """The gate of a step without protected work that keeps the window around the next
         expected protected arrival clear; None when none is expected (or reserving is off)."""
         reserve = self.cfg.reserve_s
-        expected = self.rhythm.next_expected() if reserve > 0 else None
-        if expected is None or now > expected + self._late_limit(reserve):
+        if reserve <= 0:
+            return None
+        expected = self.rhythm.next_expected()
+        if expected is None:
+            return self._first_frames_gate(state, now)
+        if now > expected + self._late_limit(reserve):
             return None
         # With the lane, the main lane keeps clear for the whole window: the next frame comes
         # when the loop's last one is answered, often well before its median period says.
         allowance = 0 if self.lane else self.model.tokens_within(expected - reserve - now)
         return Gate(state, allowance, now, self._gate_hold_s)
+
+    def _first_frames_gate(self, state: SchedState, now: float) -> Gate | None:
+        """With the lane, before the rhythm is known (a loop's first frames), the main lane
+        stays clear for FIRST_FRAMES_KEEP_S after each protected arrival. Others that ran there
+        between frames held up the lane (its next step waits for them) and the next frame (it
+        waits for their step): a less important stream went 1.23x the hold plus the longest
+        step between two tokens (`bench scheduler priority --workload text`, its first frames)."""
+        last = self.rhythm.last()
+        if not self.lane or last is None or now > last + FIRST_FRAMES_KEEP_S:
+            return None
+        return Gate(state, 0, now, math.inf)
 
     def _late_limit(self, reserve: float) -> float:
         """How late the expected frame may be while its window stays clear: R, or with the

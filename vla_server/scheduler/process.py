@@ -35,7 +35,7 @@ from vla_server.process_utils import (
     run_child_process,
     zmq_socket,
 )
-from vla_server.scheduler.factory import build_core, ready_info
+from vla_server.scheduler.factory import build_core, place_threads, ready_info
 from vla_server.scheduler.thread_plan import ThreadPlan
 
 # With waiting requests (deadlines to check) the loop looks again soon even without messages.
@@ -44,10 +44,14 @@ WAITING_POLL_MS = 50
 
 class SchedulerProcess:
     def __init__(self, cfg: SchedulerConfig, model: ModelRunnerConfig, port_args: PortArgs):
-        torch.set_num_threads(ThreadPlan.of(model).decode)
+        decode_threads = ThreadPlan.of(model).decode
+        torch.set_num_threads(decode_threads)
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model-worker")
         self.core, runner = build_core(cfg, model, self._send_output, self.worker)
-        self.info = ready_info(runner, self.core.kv.total_tokens, model.attention_backend)
+        node_cpus = place_threads(cfg, self.core, self.worker, decode_threads)
+        self.info = ready_info(
+            runner, self.core.kv.total_tokens, model.attention_backend, node_cpus
+        )
         self._init_sockets(port_args)
         core = self.core
         self.handlers: dict[type, Callable[[Any], None]] = {

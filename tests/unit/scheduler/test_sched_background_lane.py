@@ -25,7 +25,7 @@ from tests.unit.scheduler.test_sched_isolation import (
 )
 from vla_server.io_struct import GetInternalStateReq
 from vla_server.scheduler.factory import background_lane
-from vla_server.scheduler.isolation import LANE_MIN_STEP_S
+from vla_server.scheduler.isolation import FIRST_FRAMES_KEEP_S, LANE_MIN_STEP_S
 
 
 def lane_harness(token_s: float = CPU_TOKEN_S, **cfg) -> Harness:
@@ -168,3 +168,42 @@ def test_the_lane_waits_for_the_requests_a_main_lane_batch_holds():
     assert s.background is not None and low in s.background[0].reqs
     h.run()
     assert_all_as_alone(h, {"high": HIGH}, 16)
+
+
+KEPT_NEW = 200  # the lows' new tokens: more than the lane makes in the keep window
+
+
+def lows_after_a_first_frame(reserve_ms: float) -> tuple[Harness, list[bool]]:
+    """A protected frame answered, then the lows arrive; for each main-lane batch built within
+    FIRST_FRAMES_KEEP_S of the frame, whether it holds a low."""
+    h = lane_harness(realtime_reserve_ms=reserve_ms)
+    h.submit("high", HIGH, 2, priority=100, stream=True)
+    sent = h.clock.now
+    h.run_until(lambda: h.out.ended("high"), "the frame answered")
+    for rid, ids in LOWS.items():
+        h.submit(rid, ids, KEPT_NEW, priority=0, stream=True)
+    ran = len(h.runner.batches)
+    h.run_until(lambda: h.clock.now > sent + FIRST_FRAMES_KEEP_S, "the keep window over")
+    built = zip(h.runner.batches[ran:], h.batch_times[ran:], strict=True)
+    holds = [
+        any(r.rid in LOWS for r in b.reqs) for b, t in built if t <= sent + FIRST_FRAMES_KEEP_S
+    ]
+    return h, holds
+
+
+def test_before_the_rhythm_is_known_the_main_lane_stays_clear_after_a_frame():
+    """A loop's first frames give no rhythm to reserve by; with the lane the main lane still
+    keeps clear of others for FIRST_FRAMES_KEEP_S after each (they run in the lane), and takes
+    them again once the robot has gone quiet for longer. Without reserving it does not."""
+    _, unreserved = lows_after_a_first_frame(0.0)
+    assert any(unreserved)
+    h, holds = lows_after_a_first_frame(10.0)
+    assert not any(holds)
+    assert all(lane_steps(h, rid) for rid in LOWS)  # they ran in the lane meanwhile
+    assert sorted(h.running()) == sorted(LOWS)
+    later = len(h.runner.batches)
+    h.step(5)
+    assert any(r.rid in LOWS for b in h.runner.batches[later:] for r in b.reqs)
+    h.run()
+    for rid, ids in LOWS.items():
+        assert h.out[rid].ids == reference(ids, KEPT_NEW), rid
