@@ -30,7 +30,9 @@ MAIN_LANE_NICE = -10
 
 def split(main_lane_threads: int) -> tuple[int, ...] | None:
     """The cores everything but the main lane's worker keeps to: the allowed ones after the
-    first `main_lane_threads`; None when no core would be left."""
+    first `main_lane_threads`; None when no core would be left, or the OS has no affinities."""
+    if not hasattr(os, "sched_getaffinity"):  # not Linux
+        return None
     allowed = sorted(os.sched_getaffinity(0))
     rest = tuple(allowed[main_lane_threads:])
     return rest or None
@@ -44,7 +46,7 @@ def keep_process_to(cpus: tuple[int, ...]) -> None:
 
 
 def follow(info: ModelInfo) -> ModelInfo:
-    """In the detokenizer and the front end: keep to the cores the scheduler left them."""
+    """In the detokenizer: keep to the cores the scheduler left the rest of the node."""
     if info.node_cpus:
         keep_process_to(info.node_cpus)
     return info

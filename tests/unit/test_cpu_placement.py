@@ -46,3 +46,8 @@ def test_a_process_keeps_to_its_cores_and_the_worker_is_freed():
     finally:
         cpu_placement.keep_process_to(allowed)  # the test runner's threads as they were
     assert seen == {"caller": rest, "later": rest, "worker": allowed}
+
+
+def test_without_affinities_nothing_is_split(monkeypatch):
+    monkeypatch.delattr(os, "sched_getaffinity")
+    assert cpu_placement.split(1) is None

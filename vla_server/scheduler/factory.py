@@ -112,10 +112,10 @@ def place_threads(
     that worker's cores (`cpu_placement.py`); the cores the rest of the node keeps to, or None."""
     if core.background is None or cfg.realtime_cpu_split == "off":
         return None
-    allowed = tuple(sorted(os.sched_getaffinity(0)))
     rest = cpu_placement.split(main_lane_threads)
     if rest is None:
         return None
+    allowed = tuple(sorted(os.sched_getaffinity(0)))
     cpu_placement.keep_process_to(rest)  # the worker too, for a moment: it is freed next
     worker.submit(cpu_placement.free_main_lane_worker, allowed).result()
     return rest
