@@ -55,9 +55,16 @@ def follow(info: ModelInfo) -> ModelInfo:
 def free_main_lane_worker(allowed: tuple[int, ...]) -> None:
     """On the main lane's worker thread: every allowed core (a lone robot's long prefill may use
     them all) and the higher priority when the process may raise it."""
-    tid = threading.get_native_id()
-    os.sched_setaffinity(tid, allowed)
-    try:
-        os.setpriority(os.PRIO_PROCESS, tid, MAIN_LANE_NICE)
-    except PermissionError:
+    os.sched_setaffinity(threading.get_native_id(), allowed)
+    if not set_thread_nice(MAIN_LANE_NICE):
         logger.info("no CAP_SYS_NICE: the main lane's worker keeps its OS priority")
+
+
+def set_thread_nice(nice: int) -> bool:
+    """The calling thread's own nice value (Linux keeps one per thread); False where the OS
+    refuses it (raising needs CAP_SYS_NICE) or has no per-thread priorities."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+    except OSError:
+        return False
+    return True

@@ -6,9 +6,7 @@ handshake's `ModelInfo` for the other processes."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import threading
 from concurrent.futures import Executor, ThreadPoolExecutor
 
 import torch
@@ -67,8 +65,7 @@ BACKGROUND_NICE = 19
 
 
 def _lowest_os_priority() -> None:
-    with contextlib.suppress(OSError):  # a platform without per-thread priorities
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
+    cpu_placement.set_thread_nice(BACKGROUND_NICE)
 
 
 def build_core(
