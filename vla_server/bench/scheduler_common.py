@@ -133,7 +133,8 @@ def save_report(
     print(f"\n{title}\nmodel {bench.name}, torch threads {bench.threads}; latencies in ms")
     print(table(rows, columns))
     base = bench.out / f"{stem}-{bench.name}"
-    record = {"model": str(bench.path), "rows": rows, "source": source_state(), **result}
+    record = {"model": str(bench.path), "rows": rows, "source": source_state()}
+    record |= {"server_args": bench.extra_flags, **result}  # what the run's servers were given
     write_json(base.with_suffix(".json"), record)
     plot_distributions(base.with_suffix(".png"), f"{title}: {bench.name}", series)
     print(f"wrote {base}.json and .png", flush=True)

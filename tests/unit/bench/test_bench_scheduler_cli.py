@@ -72,3 +72,17 @@ def test_priority_workloads_take_their_defaults_and_the_options_on_top(
     assert not wl.lows_in_process and wl.text_prompts
     assert wl.reps == 4 and isinstance(wl.reps, int)
     assert captured["priority"].model is None  # the workload's model unless --model is given
+
+
+def test_a_report_records_the_extra_serve_flags_its_servers_were_given(tmp_path: Path) -> None:
+    import json
+
+    from vla_server.bench.scheduler_common import BenchSetup, save_report
+
+    flags = ["--realtime-background-lane", "off"]
+    bench = BenchSetup(tmp_path / "model-x", 1, 1024, tmp_path, tmp_path, flags)
+    rows = [{"case": "alone", "itl_p99": 1.0}]
+    save_report(bench, "priority-text", "t", rows, {"workload": "text"}, {"alone": [1.0, 2.0]})
+    record = json.loads((tmp_path / "priority-text-model-x.json").read_text())
+    assert record["server_args"] == flags
+    assert record["workload"] == "text" and record["rows"] == rows
