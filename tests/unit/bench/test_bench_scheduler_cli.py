@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 from vla_server.bench import __main__ as bench_main
 from vla_server.bench.scheduler import SUBCOMMANDS
-from vla_server.bench.scheduler_common import prompt_ids
+from vla_server.bench.scheduler_common import BenchSetup, prompt_ids, save_report
 
 
 @pytest.fixture
@@ -75,10 +76,6 @@ def test_priority_workloads_take_their_defaults_and_the_options_on_top(
 
 
 def test_a_report_records_the_extra_serve_flags_its_servers_were_given(tmp_path: Path) -> None:
-    import json
-
-    from vla_server.bench.scheduler_common import BenchSetup, save_report
-
     flags = ["--realtime-background-lane", "off"]
     bench = BenchSetup(tmp_path / "model-x", 1, 1024, tmp_path, tmp_path, flags)
     rows = [{"case": "alone", "itl_p99": 1.0}]
